@@ -1,0 +1,162 @@
+"""Model specs: architecture numbers and parameter counts from a config, without weights.
+
+A model is named by one of:
+  * a shipped name (``tiny-qwen2``, ``tiny-llama``, ``qwen-14b``, ``llama-7b``, ``qwen2.5-7b``,
+    ``qwen2.5-14b``): ``data/models/<name>/config.json``; trained from random weights;
+  * a local folder holding ``config.json`` (and weights, if any), or a path to a ``config.json``;
+  * a hub id (``Qwen/Qwen2.5-7B``) already present in the local Hugging Face cache. Nothing is
+    downloaded: the cookbook runs with ``HF_HUB_OFFLINE=1``.
+
+Parameter counts come from instantiating the architecture on PyTorch's ``meta`` device
+(shapes only, no memory), so they are exact for the architecture.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Root of the shipped data (instruction set, tokenizer, model configs).
+DATA_DIR = Path(os.environ.get("COOKBOOK_DATA", Path(__file__).resolve().parent.parent / "data"))
+MODELS_DIR = DATA_DIR / "models"
+TOKENIZER_DIR = DATA_DIR / "tokenizer"
+DATASET_PATH = DATA_DIR / "instructions.jsonl"
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model name is neither shipped, a local folder, nor in the local hub cache."""
+
+
+def shipped_models() -> list[str]:
+    """Names of the model configs shipped under ``data/models``."""
+    return sorted(p.parent.name for p in MODELS_DIR.glob("*/config.json"))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture facts of a causal LM, from its config.
+
+    Attributes:
+        name: what the user passed.
+        path: folder holding ``config.json``.
+        source: ``shipped``, ``folder`` or ``cache``.
+        has_weights: a weights file sits beside the config (else training starts from random weights).
+        num_params: total parameters (tied weights counted once), exact.
+        largest_layer_params: parameters of the largest single module (its own tensors only) —
+            DeepSpeed's ``largest_layer_params`` in ``estimate_zero3_model_states_mem_needs``.
+        hidden_size, num_layers, intermediate_size, vocab_size, num_heads, num_kv_heads: config numbers.
+        tie_word_embeddings: input and output embeddings share one tensor.
+        model_type: ``qwen2``, ``llama``, …
+    """
+
+    name: str
+    path: str
+    source: str
+    has_weights: bool
+    num_params: int
+    largest_layer_params: int
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    tie_word_embeddings: bool
+    model_type: str
+
+
+def resolve_model_path(name: str | os.PathLike) -> tuple[Path, str]:
+    """Find the folder holding ``config.json`` for ``name``.
+
+    Returns:
+        (folder, source) with source ``shipped``, ``folder`` or ``cache``.
+
+    Raises:
+        ModelNotFoundError: naming what was tried and how to fix it.
+    """
+    text = str(name)
+    shipped = MODELS_DIR / text / "config.json"
+    if shipped.is_file():
+        return shipped.parent, "shipped"
+    path = Path(text).expanduser()
+    if path.is_file() and path.name == "config.json":
+        return path.resolve().parent, "folder"
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path.resolve(), "folder"
+        raise ModelNotFoundError(f"model={text!r}: folder {path.resolve()} has no config.json; "
+                                 "point --model at a folder saved with save_pretrained()")
+    if text.count("/") == 1 and not text.startswith((".", "/")):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            found = try_to_load_from_cache(text, "config.json")
+        except Exception:  # noqa: BLE001 - a malformed id is simply "not cached"
+            found = None
+        if isinstance(found, str) and os.path.isfile(found):
+            return Path(found).parent, "cache"
+    raise ModelNotFoundError(
+        f"model={text!r}: not a shipped name ({', '.join(shipped_models())}), not a local folder "
+        "with config.json, and not in the local Hugging Face cache (nothing is downloaded). "
+        "Use a shipped name, a local folder, or download the model first with `huggingface-cli download`.")
+
+
+def load_config(name: str | os.PathLike, trust_remote_code: bool = False):
+    """The ``transformers`` config for ``name`` (see :func:`resolve_model_path`)."""
+    from transformers import AutoConfig
+    folder, _ = resolve_model_path(name)
+    return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+
+
+def count_params(model) -> tuple[int, int]:
+    """(total parameters with shared tensors once, largest single module's own parameters).
+
+    The second number is how DeepSpeed's ``estimate_zero3_model_states_mem_needs_all_live``
+    (deepspeed/runtime/zero/stage3.py) defines ``largest_layer_params``.
+    """
+    seen, total = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return total, largest
+
+
+def meta_model(name: str | os.PathLike, trust_remote_code: bool = False):
+    """The architecture instantiated on the ``meta`` device: shapes, no memory, no weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    config = load_config(name, trust_remote_code)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+
+
+@functools.lru_cache(maxsize=64)
+def model_spec(name: str, trust_remote_code: bool = False) -> ModelSpec:
+    """Architecture facts and exact parameter counts for ``name`` (see module docstring).
+
+    Example: ``model_spec("qwen-14b").num_params == 14_167_290_880``.
+
+    Raises:
+        ModelNotFoundError: the model cannot be found locally.
+    """
+    folder, source = resolve_model_path(name)
+    config = load_config(name, trust_remote_code)
+    total, largest = count_params(meta_model(name, trust_remote_code))
+    text_cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text_cfg, "num_attention_heads", 0)
+    return ModelSpec(
+        name=str(name), path=str(folder), source=source,
+        has_weights=any((folder / f).is_file() for f in WEIGHT_FILES),
+        num_params=total, largest_layer_params=largest,
+        hidden_size=text_cfg.hidden_size, num_layers=text_cfg.num_hidden_layers,
+        intermediate_size=getattr(text_cfg, "intermediate_size", 4 * text_cfg.hidden_size),
+        vocab_size=text_cfg.vocab_size, num_heads=heads,
+        num_kv_heads=getattr(text_cfg, "num_key_value_heads", None) or heads,
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        model_type=config.model_type,
+    )
