@@ -1,0 +1,1337 @@
+"""Environment checks: will this machine run the planned ZeRO fine-tune, and if not, what to change.
+
+Two halves, kept apart so every rule is testable without the hardware:
+
+* **facts** — :func:`gather_facts` records what this machine has (GPUs, driver, CUDA toolkit,
+  library versions, host RAM, ``/dev/shm``, disk, the environment variables that matter) as a
+  JSON-serialisable dict; :func:`load_facts` reads one recorded elsewhere (``cookbook env
+  --dump-facts facts.json`` on the user's box). Missing keys mean "unknown", never a crash.
+* **rules** — :func:`check` evaluates the rules on a facts dict (and optionally a :class:`Plan`)
+  and returns an :class:`EnvReport`: one :class:`Check` per rule with status ``ok``/``warn``/``fail``,
+  the value seen, the reason and the fix, plus the environment variables to export
+  (:func:`recommended_env`).
+
+Nothing here initialises CUDA in the caller's process: GPU facts come from NVML (``nvidia-ml-py``,
+the library behind ``nvidia-smi``); ``torch.cuda`` and DeepSpeed's op builders are only touched in
+child processes that run under a timeout, so a hung NCCL all-reduce becomes a ``fail`` with a fix.
+
+Secrets: environment variables whose names contain TOKEN, KEY, SECRET or PASSWORD are recorded
+as ``"<set>"`` — never their values — in the facts, the report and its JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import ctypes.util
+import difflib
+import html
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .plan import Plan, PlanError, add_plan_arguments, plan_from_args
+
+GIB = 2**30
+FACTS_VERSION = 1
+STATUSES = ("ok", "warn", "fail")
+
+#: Substring Accelerate looks for in a GPU name; ``unsupported_devices = {"RTX 40"}`` in
+#: ``accelerate/utils/environment.py::check_cuda_p2p_ib_support`` (accelerate 1.15).
+ACCELERATE_P2P_UNSUPPORTED = ("RTX 40",)
+#: First driver Accelerate trusts with P2P on RTX 40xx (``acceptable_driver_version`` there).
+ACCELERATE_P2P_MIN_DRIVER = "550.40.07"
+
+#: DeepSpeed's table of CUDA minor versions that may be mixed within one major version,
+#: copied from ``deepspeed/ops/op_builder/builder.py::cuda_minor_mismatch_ok`` (deepspeed 0.19.8;
+#: tests/test_env.py asserts the copy equals the installed one).
+CUDA_MINOR_MISMATCH_OK = {
+    10: ["10.0", "10.1", "10.2"],
+    11: ["11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8"],
+    12: ["12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9"],
+}
+
+#: Minimum Linux driver for a CUDA major version under minor-version compatibility. Source: NVIDIA,
+#: "CUDA Compatibility — Minor Version Compatibility", table "CUDA Toolkit 11.x, 12.x, and 13.x
+#: Driver Version Ranges" (11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580).
+CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.0"}
+
+#: NCCL environment variables the cookbook knows (NCCL docs, "Environment Variables"); names
+#: close to one of these but not equal are reported as misspelled.
+KNOWN_NCCL_VARS = (
+    "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_DIRECT_DISABLE",
+    "NCCL_P2P_READ_ENABLE", "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_SHM_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY",
+    "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_IB_HCA", "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT", "NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_CUDA_SUPPORT",
+    "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_NET", "NCCL_NET_PLUGIN", "NCCL_CROSS_NIC",
+    "NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS", "NCCL_LAUNCH_MODE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE",
+    "NCCL_COLLNET_ENABLE", "NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_FILE",
+    "NCCL_IGNORE_DISABLED_P2P", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT", "NCCL_CHECKS_DISABLE", "NCCL_CHECK_POINTERS", "NCCL_SET_STACK_SIZE",
+    "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE",
+    "NCCL_COMM_BLOCKING", "NCCL_NVB_DISABLE", "NCCL_PXN_DISABLE", "NCCL_RUNTIME_CONNECT",
+)
+#: Prefixes / names of environment variables recorded in the facts.
+_ENV_PREFIXES = ("NCCL", "CUDA_", "DS_", "ACCELERATE_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "HF_",
+                 "HUGGING_FACE_", "TRANSFORMERS_", "NVIDIA_", "CCL_", "MASTER_", "WANDB_", "KMP_")
+_ENV_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LD_LIBRARY_PATH", "CFLAGS",
+              "LDFLAGS", "CXX", "CC", "TOKENIZERS_PARALLELISM", "PATH_TO_NVCC")
+_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+SECRET_MASK = "<set>"
+
+#: Packages for the version check, with the pip name for the fix.
+_PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("transformers", "transformers"),
+             ("accelerate", "accelerate"))
+
+#: libaio development package per package manager; DeepSpeed's
+#: ``deepspeed/ops/op_builder/async_io.py::AsyncIOBuilder.check_for_libaio_pkg`` names the same ones.
+LIBAIO_PACKAGES = "sudo apt-get install libaio-dev  (Debian/Ubuntu) · sudo dnf install libaio-devel  (RHEL/Fedora) · sudo pacman -S libaio  (Arch)"
+
+
+class FactsError(ValueError):
+    """A facts file cannot be read or holds a value of the wrong type; the message names file, key and fix."""
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Check:
+    """One rule's verdict.
+
+    Attributes:
+        name: short rule name (``rtx40_p2p``, ``host_memory``, …).
+        status: ``ok``, ``warn`` or ``fail``.
+        value: what was seen, for people (``4 × NVIDIA GeForce RTX 4090, driver 535.104``).
+        reason: why this status.
+        fix: what to do (empty when nothing to do).
+    """
+
+    name: str
+    status: str
+    value: str
+    reason: str
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"Check {self.name}: status={self.status!r}; use one of {', '.join(STATUSES)}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "value": self.value, "reason": self.reason, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    """All checks for one machine (and optionally one plan).
+
+    Attributes:
+        checks: the verdicts, in rule order.
+        facts: the facts they were computed from (secrets masked).
+        recommended_env: variables to export before launching (see :func:`recommended_env`).
+        plan: the plan checked against, or None.
+    """
+
+    checks: tuple[Check, ...]
+    facts: dict
+    recommended_env: dict[str, str]
+    plan: Plan | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed (warnings allowed)."""
+        return not self.failed
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    @property
+    def warnings(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == "warn")
+
+    def __getitem__(self, name: str) -> Check:
+        """The check called ``name``; KeyError names the available ones."""
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check named {name!r}; checks: {', '.join(c.name for c in self.checks)}")
+
+    def names(self) -> list[str]:
+        return [c.name for c in self.checks]
+
+    def to_frame(self):
+        """A pandas DataFrame, one row per check: name, status, value, reason, fix."""
+        import pandas as pd
+        return pd.DataFrame([c.to_dict() for c in self.checks], columns=["name", "status", "value", "reason", "fix"])
+
+    def env_block(self) -> str:
+        """The recommended environment as shell lines to paste (``export NCCL_P2P_DISABLE=1`` …)."""
+        return env_block(self.recommended_env, self.facts)
+
+    @property
+    def verdict(self) -> str:
+        n_fail, n_warn = len(self.failed), len(self.warnings)
+        if n_fail:
+            return f"FAIL: {n_fail} check(s) failed, {n_warn} warning(s)"
+        return f"OK with {n_warn} warning(s)" if n_warn else "OK"
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "verdict": self.verdict, "checks": [c.to_dict() for c in self.checks],
+                "recommended_env": dict(self.recommended_env), "env_block": self.env_block(),
+                "plan": self.plan.to_dict() if self.plan else None, "facts": mask_secrets(self.facts)}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON (secrets masked)."""
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    def __str__(self) -> str:
+        marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+        lines = [f"cookbook env — {self.verdict}" + (f" — plan: {self.plan.model}, {self.plan.num_gpus} GPU(s), "
+                                                     f"{self.plan.label}" if self.plan else "")]
+        for c in self.checks:
+            lines.append(f"[{marks[c.status]}] {c.name}: {c.value}")
+            if c.status != "ok" or c.reason:
+                lines.append(f"         {c.reason}")
+            if c.fix and c.status != "ok":
+                lines.append(f"         fix: {c.fix}")
+        block = self.env_block()
+        if block:
+            lines += ["", "Recommended environment (paste before launching):", block]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colors = {"ok": "#2e7d32", "warn": "#ef6c00", "fail": "#c62828"}
+        rows = []
+        for c in self.checks:
+            rows.append(
+                "<tr>" + f"<td>{html.escape(c.name)}</td>"
+                + f"<td style='color:{colors[c.status]};font-weight:bold'>{c.status}</td>"
+                + "".join(f"<td style='text-align:left'>{html.escape(x)}</td>" for x in (c.value, c.reason, c.fix))
+                + "</tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("check", "status", "value", "reason", "fix"))
+        block = self.env_block()
+        pre = f"<p>Recommended environment:</p><pre>{html.escape(block)}</pre>" if block else ""
+        return (f"<p><b>{html.escape(self.verdict)}</b></p><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>{pre}")
+
+
+# --------------------------------------------------------------------------------------------------
+# secrets and facts I/O
+# --------------------------------------------------------------------------------------------------
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable's name contains TOKEN, KEY, SECRET or PASSWORD (any case)."""
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def mask_secrets(facts: dict) -> dict:
+    """A copy of ``facts`` whose ``env`` shows secret variables as ``"<set>"``, never their values."""
+    out = dict(facts)
+    env = facts.get("env")
+    if isinstance(env, dict):
+        out["env"] = {k: (SECRET_MASK if is_secret_name(k) and v is not None else v) for k, v in env.items()}
+    return out
+
+
+def _relevant_env_name(name: str) -> bool:
+    if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES:
+        return True
+    # misspellings of NCCL variables that lost their prefix shape (NCLL_P2P_DISABLE, nccl_p2p_disable)
+    return bool(difflib.get_close_matches(name.upper(), KNOWN_NCCL_VARS, n=1, cutoff=0.8))
+
+
+def relevant_env(environ: dict | None = None) -> dict[str, str]:
+    """Environment variables that matter for a DeepSpeed/Accelerate run, secrets masked."""
+    environ = os.environ if environ is None else environ
+    return {k: (SECRET_MASK if is_secret_name(k) else v) for k, v in sorted(environ.items()) if _relevant_env_name(k)}
+
+
+_FACT_TYPES = {
+    "gpus": list, "driver_version": str, "cuda_visible_devices": str, "torch_version": str,
+    "torch_cuda_version": str, "nvcc_version": str, "cuda_home": str, "python_version": str,
+    "python_headers": bool, "ninja": bool, "cxx": bool, "libaio": bool, "host_memory_gib": (int, float),
+    "host_available_gib": (int, float), "swap_gib": (int, float), "shm_gib": (int, float),
+    "disk_free_gib": (int, float), "nvme_path": str, "nvme_path_exists": bool, "env": dict,
+    "deepspeed_version": str, "accelerate_version": str, "transformers_version": str,
+    "cpu_count": int, "cpu_count_physical": int, "ds_ops": dict, "peer_access": list, "allreduce": dict,
+    "ds_accelerator": str,
+}
+
+
+def validate_facts(facts: dict, *, source: str = "facts") -> dict:
+    """Check the types of the known keys; unknown keys are kept, missing keys mean unknown.
+
+    Returns:
+        ``facts`` with secrets masked.
+
+    Raises:
+        FactsError: a known key holds a value of the wrong type (message names key, value, expected type).
+    """
+    if not isinstance(facts, dict):
+        raise FactsError(f"{source}: top level is {type(facts).__name__}; a facts file is a JSON object "
+                         "(write one with `cookbook env --dump-facts facts.json`)")
+    for key, types in _FACT_TYPES.items():
+        value = facts.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) and types in ((int, float), int):
+            raise FactsError(f"{source}: {key}={value!r} must be a number, not a bool")
+        if not isinstance(value, types):
+            want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+            raise FactsError(f"{source}: {key}={value!r} must be {want} (or null for unknown)")
+    for i, gpu in enumerate(facts.get("gpus") or []):
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("name", ""), str):
+            raise FactsError(f"{source}: gpus[{i}]={gpu!r} must be an object with \"name\", \"memory_gib\", "
+                             "\"compute_capability\": [major, minor]")
+        cc = gpu.get("compute_capability")
+        if cc is not None and not (isinstance(cc, (list, tuple)) and len(cc) == 2 and all(isinstance(x, int) for x in cc)):
+            raise FactsError(f"{source}: gpus[{i}].compute_capability={cc!r} must be [major, minor], e.g. [8, 9]")
+        mem = gpu.get("memory_gib")
+        if mem is not None and (isinstance(mem, bool) or not isinstance(mem, (int, float))):
+            raise FactsError(f"{source}: gpus[{i}].memory_gib={mem!r} must be a number of GiB")
+    env = facts.get("env") or {}
+    for k, v in env.items():
+        if v is not None and not isinstance(v, str):
+            raise FactsError(f"{source}: env[{k!r}]={v!r} must be a string (environment values are text)")
+    return mask_secrets(facts)
+
+
+def load_facts(path) -> dict:
+    """Read a facts file written by ``cookbook env --dump-facts`` (or by hand).
+
+    Raises:
+        FactsError: file missing/unreadable, not JSON, or a key of the wrong type.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FactsError(f"facts file {str(p)!r} cannot be read ({exc.strerror or exc}); give the path of a file "
+                         "written by `cookbook env --dump-facts FILE`") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FactsError(f"facts file {str(p)!r} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg}); write it again with `cookbook env --dump-facts FILE`") from None
+    return validate_facts(data, source=f"facts file {str(p)!r}")
+
+
+def dump_facts(facts: dict, path) -> Path:
+    """Write ``facts`` (secrets masked) as indented JSON; returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(mask_secrets(facts), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return p
+
+
+# --------------------------------------------------------------------------------------------------
+# gathering facts (this machine)
+# --------------------------------------------------------------------------------------------------
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_build_versions() -> tuple[str | None, str | None]:
+    """(torch.__version__, torch.version.cuda) read from ``torch/version.py`` without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    values: dict[str, str | None] = {}
+    try:
+        for node in ast.parse(path.read_text()).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+                values[target.id] = node.value.value
+    except (OSError, SyntaxError):
+        return _dist_version("torch"), None
+    return values.get("__version__") or _dist_version("torch"), values.get("cuda")
+
+
+def _find_cuda_home() -> str | None:
+    """CUDA_HOME the way ``torch.utils.cpp_extension._find_cuda_home`` finds it (which DeepSpeed uses):
+    ``$CUDA_HOME`` or ``$CUDA_PATH``, else the folder above the ``bin`` holding ``nvcc`` on PATH,
+    else ``/usr/local/cuda`` if it exists."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home is None:
+        nvcc = shutil.which("nvcc")
+        if nvcc:
+            home = os.path.dirname(os.path.dirname(nvcc))
+        elif os.path.exists("/usr/local/cuda"):
+            home = "/usr/local/cuda"
+    return home
+
+
+def _nvcc_version(cuda_home: str | None) -> str | None:
+    """``major.minor`` from ``$CUDA_HOME/bin/nvcc -V``, parsed like DeepSpeed's ``installed_cuda_version``."""
+    if not cuda_home:
+        return None
+    try:
+        out = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "-V"], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def _nvml_facts() -> dict:
+    """GPUs and driver from NVML (what ``nvidia-smi`` shows: all GPUs, ignoring CUDA_VISIBLE_DEVICES)."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"gpus": None, "driver_version": None, "nvml_error": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        # no driver library / no GPU: an honest "no NVIDIA GPU here"
+        return {"gpus": [], "driver_version": None, "nvml_error": str(exc)}
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else name
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total / GIB
+            try:
+                cc = list(pynvml.nvmlDeviceGetCudaComputeCapability(h))
+            except pynvml.NVMLError:
+                cc = None
+            gpus.append({"index": i, "name": name, "memory_gib": round(mem, 2), "compute_capability": cc})
+        return {"gpus": gpus, "driver_version": driver}
+    except pynvml.NVMLError as exc:
+        return {"gpus": None, "driver_version": None, "nvml_error": str(exc)}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+#: Child-process probe: torch's CUDA view (peer access) and DeepSpeed's op builders' own answers.
+_PROBE = r"""
+import contextlib, json, sys
+out = {}
+with contextlib.redirect_stdout(sys.stderr):
+    try:
+        import torch
+        out["torch_version"] = torch.__version__
+        out["torch_cuda_version"] = torch.version.cuda
+        if torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            out["cuda_device_count"] = n
+            out["peer_access"] = [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
+                                  for i in range(n)]
+    except Exception as exc:
+        out["torch_error"] = repr(exc)
+    try:
+        from deepspeed.accelerator import get_accelerator
+        acc = get_accelerator()
+        out["ds_accelerator"] = acc.device_name()
+        ops = {}
+        for key, name in (("cpu_adam", "CPUAdamBuilder"), ("async_io", "AsyncIOBuilder"),
+                          ("fused_adam", "FusedAdamBuilder")):
+            try:
+                cls = acc.get_op_builder(name)
+                ops[key] = None if cls is None else bool(cls().is_compatible(False))
+            except Exception as exc:
+                ops[key] = False
+                out.setdefault("ds_ops_errors", {})[key] = repr(exc)[:300]
+        out["ds_ops"] = ops
+    except Exception as exc:
+        out["deepspeed_error"] = repr(exc)[:300]
+print("COOKBOOK_PROBE_JSON:" + json.dumps(out))
+"""
+
+
+def _run_probe(timeout_s: float) -> dict:
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"probe_error": f"torch/DeepSpeed probe did not finish in {timeout_s:.0f} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("COOKBOOK_PROBE_JSON:"):
+            return json.loads(line.split(":", 1)[1])
+    return {"probe_error": f"probe exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+
+
+def _libaio_present() -> bool:
+    """libaio headers and shared library both found (what DeepSpeed's AsyncIOBuilder compiles against)."""
+    headers = any(os.path.exists(os.path.join(d, "libaio.h")) for d in ("/usr/include", "/usr/local/include"))
+    return headers and ctypes.util.find_library("aio") is not None
+
+
+def _existing_parent(path: str) -> Path:
+    p = Path(path).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allreduce: bool = False,
+                 allreduce_timeout_s: float = 60.0, probe_timeout_s: float = 90.0) -> dict:
+    """Facts about this machine, JSON-serialisable, secrets masked.
+
+    Args:
+        nvme_path: folder planned for NVMe offload; records whether it exists and the free disk
+            (GiB) of the file system holding it (or its nearest existing parent).
+        probe: run the child-process probe (torch CUDA peer access, DeepSpeed op builders'
+            ``is_compatible()``); about 2–4 s.
+        run_allreduce: with 2+ visible GPUs, also time an NCCL all-reduce with P2P on and off
+            (:func:`measure_allreduce`), each under ``allreduce_timeout_s``.
+
+    Returns:
+        dict with the keys listed in the module doc of the issue (``gpus``, ``driver_version``,
+        ``torch_cuda_version``, ``nvcc_version``, ``host_memory_gib``, ``env``, …); ``None`` means unknown.
+        Sizes in GiB (2**30 bytes).
+    """
+    import psutil
+
+    facts: dict = {"facts_version": FACTS_VERSION, "platform": platform.platform(),
+                   "python_version": platform.python_version(), "python_executable": sys.executable}
+    facts.update(_nvml_facts())
+    facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    facts["torch_version"], facts["torch_cuda_version"] = _torch_build_versions()
+    for name in ("deepspeed", "accelerate", "transformers"):
+        facts[f"{name}_version"] = _dist_version(name)
+    facts["cuda_home"] = _find_cuda_home()
+    facts["nvcc_version"] = _nvcc_version(facts["cuda_home"])
+    facts["python_headers"] = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+    facts["ninja"] = shutil.which("ninja") is not None
+    facts["cxx"] = shutil.which(os.environ.get("CXX", "c++")) is not None
+    facts["libaio"] = _libaio_present()
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    facts["host_memory_gib"] = round(vm.total / GIB, 2)
+    facts["host_available_gib"] = round(vm.available / GIB, 2)
+    facts["swap_gib"] = round(sw.total / GIB, 2)
+    facts["shm_gib"] = round(shutil.disk_usage("/dev/shm").total / GIB, 2) if os.path.isdir("/dev/shm") else None
+    facts["cpu_count"] = psutil.cpu_count(logical=True)
+    facts["cpu_count_physical"] = psutil.cpu_count(logical=False)
+    if nvme_path:
+        facts["nvme_path"] = str(nvme_path)
+        facts["nvme_path_exists"] = os.path.isdir(os.path.expanduser(nvme_path))
+        facts["disk_free_gib"] = round(shutil.disk_usage(_existing_parent(nvme_path)).free / GIB, 2)
+    facts["env"] = relevant_env()
+    if probe:
+        found = _run_probe(probe_timeout_s)
+        for key in ("peer_access", "cuda_device_count", "ds_ops", "ds_ops_errors", "ds_accelerator",
+                    "torch_error", "deepspeed_error", "probe_error"):
+            if key in found:
+                facts[key] = found[key]
+    n_visible = facts.get("cuda_device_count") or 0
+    if run_allreduce and n_visible >= 2:
+        facts["allreduce"] = measure_allreduce(timeout_s=allreduce_timeout_s)
+    return mask_secrets(facts)
+
+
+# --------------------------------------------------------------------------------------------------
+# all-reduce with P2P on / off, in a child process under a timeout
+# --------------------------------------------------------------------------------------------------
+_ALLREDUCE = r"""
+import datetime, json, os, sys, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def worker(rank, world, port, numel, iters, q):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    x = torch.ones(numel, dtype=torch.float32, device="cuda")
+    dist.all_reduce(x); torch.cuda.synchronize()
+    correct = bool(torch.all(x == world).item())
+    for _ in range(2):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t) / iters
+    if rank == 0:
+        q.put({"seconds": dt, "correct": correct})
+    dist.barrier(); dist.destroy_process_group()
+
+if __name__ == "__main__":
+    world, port, size_mib, iters = (int(a) for a in sys.argv[1:5])
+    numel = size_mib * 2**20 // 4
+    ctx = mp.get_context("spawn"); q = ctx.SimpleQueue()
+    mp.spawn(worker, args=(world, port, numel, iters, q), nprocs=world)
+    r = q.get()
+    algbw = numel * 4 / r["seconds"] / 1e9
+    print("COOKBOOK_ALLREDUCE_JSON:" + json.dumps({"world_size": world, "size_mib": size_mib, "seconds": r["seconds"],
+          "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world, "correct": r["correct"]}))
+"""
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _allreduce_once(p2p_disable: str, world: int, timeout_s: float, size_mib: int, iters: int) -> dict:
+    env = dict(os.environ, NCCL_P2P_DISABLE=p2p_disable)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(_ALLREDUCE)
+        script = f.name
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, script, str(world), str(_free_port()), str(size_mib), str(iters)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the spawned ranks too
+        proc.communicate()
+        return {"status": "timeout", "timeout_s": timeout_s}
+    finally:
+        os.unlink(script)
+    for line in out.splitlines():
+        if line.startswith("COOKBOOK_ALLREDUCE_JSON:"):
+            res = json.loads(line.split(":", 1)[1])
+            res["status"] = "ok" if res.get("correct") else "wrong_result"
+            res["wall_s"] = round(time.monotonic() - t0, 1)
+            return res
+    return {"status": "error", "returncode": proc.returncode, "stderr_tail": err.strip()[-600:]}
+
+
+def measure_allreduce(*, world_size: int | None = None, timeout_s: float = 60.0, size_mib: int = 64,
+                      iters: int = 5) -> dict:
+    """Time an NCCL all-reduce across the visible GPUs with P2P on and with P2P off.
+
+    Each setting runs in its own child process group (``NCCL_P2P_DISABLE=0`` then ``=1``), killed
+    after ``timeout_s`` seconds, so a P2P hang (the RTX 40xx failure mode) is reported as
+    ``{"status": "timeout"}`` instead of hanging the caller.
+
+    Bandwidth: ``algbw = bytes / time`` and ``busbw = algbw × 2(n−1)/n`` in GB/s (1e9 bytes/s), the
+    definitions of nccl-tests (``doc/PERFORMANCE.md``). The first all-reduce of ones is checked to
+    equal the world size (``correct``): broken P2P can also return wrong sums silently.
+
+    Returns:
+        ``{"p2p_on": {...}, "p2p_off": {...}}``, each with ``status`` ``ok``/``timeout``/
+        ``error``/``wrong_result`` and, when ok, ``busbw_gbps``, ``algbw_gbps``, ``seconds``.
+    """
+    if world_size is None:
+        found = _run_probe(60)
+        world_size = found.get("cuda_device_count") or 0
+    if world_size < 2:
+        return {"skipped": f"{world_size} visible GPU(s); the all-reduce needs 2 or more"}
+    return {"p2p_on": _allreduce_once("0", world_size, timeout_s, size_mib, iters),
+            "p2p_off": _allreduce_once("1", world_size, timeout_s, size_mib, iters)}
+
+
+# --------------------------------------------------------------------------------------------------
+# plan helpers
+# --------------------------------------------------------------------------------------------------
+def _load_config(config: dict | str | os.PathLike) -> dict:
+    if isinstance(config, dict):
+        return config
+    p = Path(config)
+    try:
+        return json.loads(p.read_text())
+    except OSError as exc:
+        raise PlanError(f"--config {str(p)!r}: cannot read it ({exc.strerror or exc}); give a DeepSpeed JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"--config {str(p)!r}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str, world_size: int, **overrides) -> Plan:
+    """A :class:`Plan` from a DeepSpeed config (``zero_optimization.stage``, ``offload_optimizer.device``,
+    ``offload_param.device``, their ``nvme_path``, ``train_micro_batch_size_per_gpu``,
+    ``gradient_accumulation_steps``, ``bf16``/``fp16``), a model name and a world size.
+    ``"auto"`` values (filled in by Accelerate) keep the :class:`Plan` defaults.
+
+    Raises:
+        PlanError: unreadable config, or values no plan can hold.
+    """
+    cfg = _load_config(config)
+    zero = cfg.get("zero_optimization") or {}
+    fields: dict = {"model": model, "num_gpus": world_size}
+
+    def given(v):
+        return v is not None and v != "auto"
+
+    if given(zero.get("stage")):
+        fields["zero_stage"] = int(zero["stage"])
+    for key, name in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
+        section = zero.get(key) or {}
+        device = section.get("device")
+        if given(device):
+            fields[name] = str(device)
+        if device == "nvme" and section.get("nvme_path"):
+            fields["nvme_path"] = section["nvme_path"]
+    if given(cfg.get("train_micro_batch_size_per_gpu")):
+        fields["micro_batch"] = int(cfg["train_micro_batch_size_per_gpu"])
+    if given(cfg.get("gradient_accumulation_steps")):
+        fields["grad_accum"] = int(cfg["gradient_accumulation_steps"])
+    if (cfg.get("bf16") or {}).get("enabled") is True:
+        fields["precision"] = "bf16"
+    elif (cfg.get("fp16") or {}).get("enabled") is True:
+        fields["precision"] = "fp16"
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return Plan(**fields)
+
+
+def _needs_jit_ops(plan: Plan | None) -> list[str]:
+    """DeepSpeed ops the plan makes DeepSpeed JIT-compile."""
+    if plan is None:
+        return []
+    ops = []
+    if plan.offload_optimizer != "none":
+        ops.append("cpu_adam")
+    if "nvme" in (plan.offload_optimizer, plan.offload_param):
+        ops.append("async_io")
+    return ops
+
+
+def _ranks_per_machine(plan: Plan | None) -> int:
+    return plan.num_gpus // plan.num_machines if plan else 1
+
+
+def _nvme_bytes(plan: Plan) -> float | None:
+    """Bytes written to the NVMe folder: 12 B/param (fp32 master weights + Adam m + v, K=12 in the ZeRO
+    paper, §3) for ``offload_optimizer=nvme`` and 2 B/param (bf16/fp16 weights) for
+    ``offload_param=nvme`` (ZeRO-Infinity, Rajbhandari et al. 2021, §5)."""
+    try:
+        from .models import model_spec
+        n = model_spec(plan.model).num_params
+    except Exception:
+        return None
+    per_param = (12 if plan.offload_optimizer == "nvme" else 0) + (
+        (2 if plan.precision != "fp32" else 4) if plan.offload_param == "nvme" else 0)
+    return float(n * per_param)
+
+
+def _estimate(plan: Plan):
+    """The memory estimator's answer for ``plan``, or (None, reason) when it is unavailable."""
+    try:
+        from .memory import estimate
+    except ImportError as exc:
+        return None, f"memory estimator unavailable ({exc})"
+    try:
+        return estimate(plan), ""
+    except Exception as exc:  # a model that cannot be resolved, etc.: report, don't crash
+        return None, f"estimator failed for this plan: {exc}"
+
+
+# --------------------------------------------------------------------------------------------------
+# rules
+# --------------------------------------------------------------------------------------------------
+def _parse_version(v: str | None):
+    from packaging.version import InvalidVersion, parse
+    if not v:
+        return None
+    try:
+        return parse(v)
+    except InvalidVersion:
+        return None
+
+
+def _gpu_summary(gpus: list) -> str:
+    if not gpus:
+        return "none"
+    names: dict[str, int] = {}
+    for g in gpus:
+        names[g.get("name", "?")] = names.get(g.get("name", "?"), 0) + 1
+    return ", ".join(f"{n} × {name}" for name, n in names.items())
+
+
+def accelerate_p2p_unsupported(facts: dict) -> bool | None:
+    """Accelerate's verdict "this box's GPUs have broken P2P/IB", reproduced on facts.
+
+    Reproduces ``accelerate/utils/environment.py::check_cuda_p2p_ib_support`` (accelerate 1.15):
+    GPU names and count come from ``nvidia-smi --query-gpu=count,name`` (all GPUs in the machine;
+    ``CUDA_VISIBLE_DEVICES`` is *not* applied); unsupported when the count is > 1, any name contains
+    ``"RTX 40"`` (which also matches the workstation "RTX 4000 Ada"), and the driver of the first GPU
+    parses (``packaging.version``) below ``550.40.07``. Any error there makes Accelerate assume
+    support, so unknown facts give ``None`` here (unknown) rather than a verdict.
+
+    Returns:
+        True when Accelerate will treat P2P/IB as unsupported, False when not, None when unknown.
+    """
+    gpus = facts.get("gpus")
+    if gpus is None:
+        return None
+    if len(gpus) <= 1 or not any(s in g.get("name", "") for g in gpus for s in ACCELERATE_P2P_UNSUPPORTED):
+        return False
+    driver = _parse_version(facts.get("driver_version"))
+    if driver is None:
+        return None
+    return driver < _parse_version(ACCELERATE_P2P_MIN_DRIVER)
+
+
+def _misspelled_nccl(env: dict) -> list[tuple[str, str | None]]:
+    """(name, closest known name) for NCCL-looking variables that NCCL will not read."""
+    out = []
+    for name in env:
+        if name in KNOWN_NCCL_VARS:
+            continue
+        upper = name.upper()
+        close = difflib.get_close_matches(upper.replace("-", "_"), KNOWN_NCCL_VARS, n=1, cutoff=0.8)
+        invalid = not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+        looks_nccl = upper.startswith(("NCCL", "NCLL", "NCC_"))
+        if close and (close[0] != name):
+            out.append((name, close[0]))
+        elif looks_nccl and invalid:
+            out.append((name, None))
+    return out
+
+
+def _check_versions(facts: dict, plan: Plan | None) -> list[Check]:
+    checks = [Check("python", "ok" if facts.get("python_version") else "warn",
+                    facts.get("python_version") or "unknown",
+                    "Python interpreter running the cookbook" if facts.get("python_version") else "not recorded in the facts")]
+    for mod, pip in _PACKAGES:
+        v = facts.get(f"{mod}_version")
+        if v:
+            checks.append(Check(mod, "ok", v, f"{mod} is installed"))
+        elif f"{mod}_version" in facts:
+            checks.append(Check(mod, "fail", "not installed", f"the cookbook needs {mod}", f"pip install {pip}"))
+        else:
+            checks.append(Check(mod, "warn", "unknown", f"{mod}_version not recorded in the facts"))
+    gpus = facts.get("gpus")
+    tv, tcuda = facts.get("torch_version"), facts.get("torch_cuda_version")
+    if tv is None:
+        checks.append(Check("torch_cuda_build", "warn", "unknown", "torch version not known"))
+    elif gpus:
+        if tcuda:
+            checks.append(Check("torch_cuda_build", "ok", f"torch {tv} built for CUDA {tcuda}",
+                                "a CUDA build of torch on a GPU machine"))
+        else:
+            checks.append(Check("torch_cuda_build", "fail", f"torch {tv} (CPU-only build)",
+                                f"this machine has {len(gpus)} NVIDIA GPU(s) but torch was built without CUDA, so "
+                                "training would run on the CPU",
+                                "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu124 "
+                                "(pick the cuXXX your driver supports, see pytorch.org/get-started)"))
+    else:
+        checks.append(Check("torch_cuda_build", "ok" if not tcuda else "warn",
+                            f"torch {tv}" + (f" (CUDA {tcuda})" if tcuda else " (CPU build)"),
+                            "no NVIDIA GPU here: a CPU build is what a CPU rehearsal needs" if not tcuda else
+                            "a CUDA build of torch but no NVIDIA GPU visible: runs fall back to the CPU"))
+    return checks
+
+
+def _check_gpus(facts: dict, plan: Plan | None) -> list[Check]:
+    gpus = facts.get("gpus")
+    driver = facts.get("driver_version")
+    checks = []
+    if gpus is None:
+        checks.append(Check("gpus", "warn", "unknown", f"GPU facts unavailable ({facts.get('nvml_error', 'not recorded')})",
+                            "pip install nvidia-ml-py, then run `cookbook env` again"))
+        return checks
+    if not gpus:
+        checks.append(Check("gpus", "warn", "no NVIDIA GPU",
+                            f"NVML found no GPU ({facts.get('nvml_error', 'count 0')}): this box can only run the CPU "
+                            "rehearsal (DeepSpeed's CPU accelerator)", "export DS_ACCELERATOR=cpu (see the recommended environment)"))
+        return checks
+    mems = [g.get("memory_gib") for g in gpus if g.get("memory_gib") is not None]
+    ccs = [tuple(g["compute_capability"]) for g in gpus if g.get("compute_capability")]
+    value = f"{_gpu_summary(gpus)}; " + (f"{min(mems):.1f} GiB each" if mems and min(mems) == max(mems) else
+                                         f"{min(mems or [0]):.1f}–{max(mems or [0]):.1f} GiB") + \
+        (f"; compute capability {min(ccs)[0]}.{min(ccs)[1]}" if ccs else "")
+    status, reasons, fixes = "ok", [f"{len(gpus)} GPU(s) seen by NVML"], []
+    if len({g.get("name") for g in gpus}) > 1:
+        status = "warn"
+        reasons.append("mixed GPU models: every ZeRO step waits for the slowest GPU and the smallest memory sets the limit")
+        fixes.append("restrict CUDA_VISIBLE_DEVICES to one model")
+    if plan is not None:
+        per_machine = _ranks_per_machine(plan)
+        if per_machine > len(gpus):
+            status = "fail"
+            reasons.append(f"the plan puts {per_machine} rank(s) on this machine but it has {len(gpus)} GPU(s)")
+            fixes.append(f"--gpus {len(gpus) * plan.num_machines}")
+        if mems and plan.gpu_memory_gib > min(mems) * 1.02:
+            status = "fail" if status == "fail" else "warn"
+            reasons.append(f"the plan assumes {plan.gpu_memory_gib:g} GiB per GPU, the smallest GPU has {min(mems):.1f} GiB")
+            fixes.append(f"--gpu-memory-gib {min(mems):.1f}")
+    checks.append(Check("gpus", status, value, "; ".join(reasons), "; ".join(fixes)))
+
+    # bf16
+    if ccs:
+        bf16 = min(ccs) >= (8, 0)
+        if plan is not None and plan.precision == "bf16" and not bf16:
+            checks.append(Check("bf16", "fail", f"compute capability {min(ccs)[0]}.{min(ccs)[1]}",
+                                "bf16 needs compute capability 8.0+ (Ampere and newer; torch.cuda.is_bf16_supported)",
+                                "--precision fp16 (DeepSpeed fp16 with dynamic loss scaling)"))
+        else:
+            checks.append(Check("bf16", "ok", "supported" if bf16 else "not supported",
+                                "bf16 needs compute capability 8.0+ (Ampere and newer)" +
+                                ("" if bf16 else "; use fp16 on this GPU")))
+
+    # driver vs torch's CUDA
+    tcuda = facts.get("torch_cuda_version")
+    if driver is None:
+        checks.append(Check("driver", "warn", "unknown", "driver version not recorded"))
+    elif tcuda:
+        major = int(tcuda.split(".")[0])
+        need = CUDA_MIN_DRIVER.get(major)
+        dv = _parse_version(driver)
+        if need and dv is not None and dv < _parse_version(need):
+            checks.append(Check("driver", "fail", f"driver {driver}",
+                                f"torch is built for CUDA {tcuda}, which needs driver >= {need} (NVIDIA CUDA "
+                                "minor-version compatibility table); torch.cuda.is_available() will be False",
+                                f"upgrade the NVIDIA driver to >= {need}, or install a torch build for an older CUDA"))
+        else:
+            checks.append(Check("driver", "ok", f"driver {driver}",
+                                f"supports torch's CUDA {tcuda}" + (f" (needs >= {need})" if need else "")))
+    else:
+        checks.append(Check("driver", "ok", f"driver {driver}", "recorded"))
+    return checks
+
+
+def _check_rtx40(facts: dict, plan: Plan | None) -> list[Check]:
+    env = facts.get("env") or {}
+    gpus = facts.get("gpus")
+    verdict = accelerate_p2p_unsupported(facts)
+    misspelled = _misspelled_nccl(env)
+    checks = []
+    cvd = facts.get("cuda_visible_devices")
+    note_cvd = (f" Accelerate counts GPUs with nvidia-smi, ignoring CUDA_VISIBLE_DEVICES={cvd!r}, so limiting the "
+                "visible GPUs does not avoid this." if cvd else
+                " Accelerate counts GPUs with nvidia-smi, ignoring CUDA_VISIBLE_DEVICES.")
+    if verdict is None:
+        checks.append(Check("rtx40_p2p", "ok" if gpus == [] else "warn", "unknown" if gpus != [] else "no NVIDIA GPU",
+                            "no GPU: Accelerate's RTX 40xx P2P rule does not apply" if gpus == [] else
+                            "GPU names or driver version unknown: cannot predict Accelerate's RTX 40xx P2P rule"))
+    elif not gpus:
+        checks.append(Check("rtx40_p2p", "ok", "no NVIDIA GPU", "Accelerate's RTX 40xx P2P/IB rule does not apply"))
+    elif not verdict:
+        n40 = sum(1 for g in gpus if any(s in g.get("name", "") for s in ACCELERATE_P2P_UNSUPPORTED))
+        if n40 and len(gpus) > 1:
+            reason = (f"{n40} RTX 40xx GPU(s) but driver {facts.get('driver_version')} >= {ACCELERATE_P2P_MIN_DRIVER}: "
+                      "Accelerate allows P2P/IB (check_cuda_p2p_ib_support returns True)")
+        elif n40:
+            reason = "one GPU in the machine: Accelerate's rule needs more than one (nvidia-smi count)"
+        else:
+            reason = "no GPU named 'RTX 40…': Accelerate's P2P/IB rule does not apply"
+        checks.append(Check("rtx40_p2p", "ok", f"{_gpu_summary(gpus)}, driver {facts.get('driver_version')}", reason))
+    else:
+        p2p, ib = env.get("NCCL_P2P_DISABLE"), env.get("NCCL_IB_DISABLE")
+        value = f"{_gpu_summary(gpus)}, driver {facts.get('driver_version')} < {ACCELERATE_P2P_MIN_DRIVER}"
+        fix = ("export NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 (or upgrade the NVIDIA driver to >= "
+               f"{ACCELERATE_P2P_MIN_DRIVER})")
+        base = ("Accelerate (utils/environment.py::check_cuda_p2p_ib_support) finds more than one GPU named 'RTX 40…' "
+                f"on a driver older than {ACCELERATE_P2P_MIN_DRIVER}: P2P/IB are broken there." + note_cvd)
+        if p2p is None or ib is None:
+            missing = [n for n, v in (("NCCL_P2P_DISABLE", p2p), ("NCCL_IB_DISABLE", ib)) if v is None]
+            extra = ""
+            if misspelled:
+                extra = " Set but misspelled (no effect): " + ", ".join(m for m, _ in misspelled) + "."
+            checks.append(Check("rtx40_p2p", "fail", value,
+                                base + f" {' and '.join(missing)} not set: AcceleratorState raises NotImplementedError "
+                                "at start (state.py) for any launcher other than `accelerate launch` (torchrun, "
+                                "deepspeed, python, notebooks), even with one process; `accelerate launch` sets the "
+                                "two variables itself with a warning." + extra, fix))
+        elif p2p != "1" or ib != "1":
+            checks.append(Check("rtx40_p2p", "warn", value + f"; NCCL_P2P_DISABLE={p2p}, NCCL_IB_DISABLE={ib}",
+                                base + " Accelerate only checks that both variables exist, so it starts, but with a "
+                                "value other than 1 NCCL still uses P2P/IB and can hang or corrupt results.", fix))
+        else:
+            checks.append(Check("rtx40_p2p", "ok", value + "; NCCL_P2P_DISABLE=1, NCCL_IB_DISABLE=1",
+                                base + " Both variables are set to 1: Accelerate starts and NCCL avoids P2P/IB."))
+    # misspelled NCCL variables
+    if misspelled:
+        items = ", ".join(f"{m} (did you mean {c}?)" if c else f"{m} (not a valid variable name)" for m, c in misspelled)
+        checks.append(Check("nccl_env", "warn" if verdict is not True else "fail", items,
+                            "NCCL and Accelerate read exact names only: these variables have no effect",
+                            "unset them and export the correct names: " + ", ".join(
+                                f"{c}={env.get(m, '1')}" for m, c in misspelled if c) if any(c for _, c in misspelled)
+                            else "unset them"))
+    else:
+        nccl = {k: v for k, v in env.items() if k.startswith("NCCL")}
+        checks.append(Check("nccl_env", "ok", ", ".join(f"{k}={v}" for k, v in nccl.items()) or "none set",
+                            "no misspelled NCCL variables"))
+    return checks
+
+
+def _check_p2p(facts: dict, plan: Plan | None) -> list[Check]:
+    checks = []
+    gpus = facts.get("gpus") or []
+    peer = facts.get("peer_access")
+    if peer is not None and len(peer) >= 2:
+        pairs = [(i, j) for i in range(len(peer)) for j in range(len(peer)) if i != j]
+        ok_pairs = [p for p in pairs if peer[p[0]][p[1]]]
+        checks.append(Check("peer_access", "ok", f"{len(ok_pairs)}/{len(pairs)} GPU pairs",
+                            "torch.cuda.can_device_access_peer between the visible GPUs" + (
+                                "" if len(ok_pairs) == len(pairs) else
+                                "; without peer access NCCL routes traffic through host memory (slower, still correct)")))
+    elif len(gpus) >= 2:
+        checks.append(Check("peer_access", "warn", "unknown", "peer access not measured (torch probe not run or failed: "
+                            f"{facts.get('torch_error') or facts.get('probe_error') or 'not recorded'})"))
+    ar = facts.get("allreduce")
+    if ar and "p2p_on" in ar:
+        on, off = ar["p2p_on"], ar.get("p2p_off", {})
+
+        def show(r):
+            if r.get("status") == "ok":
+                return f"{r['busbw_gbps']:.1f} GB/s bus bandwidth"
+            return r.get("status", "unknown")
+        value = f"P2P on: {show(on)}; P2P off: {show(off)}"
+        env = facts.get("env") or {}
+        if on.get("status") == "ok" and off.get("status") == "ok":
+            faster_off = off["busbw_gbps"] > on["busbw_gbps"] * 1.1
+            if faster_off and env.get("NCCL_P2P_DISABLE") != "1":
+                checks.append(Check("allreduce", "warn", value, "all-reduce is faster with P2P off on this machine",
+                                    "export NCCL_P2P_DISABLE=1"))
+            else:
+                checks.append(Check("allreduce", "ok", value, "both settings work; use "
+                                    + ("NCCL_P2P_DISABLE=1" if faster_off else "P2P on (the NCCL default)")))
+        elif off.get("status") == "ok":
+            status = "ok" if env.get("NCCL_P2P_DISABLE") == "1" else "fail"
+            checks.append(Check("allreduce", status, value,
+                                f"the all-reduce with P2P on ended with '{on.get('status')}' (hang, error or wrong sums) "
+                                "and works with P2P off: a training run with P2P on would hang", "export NCCL_P2P_DISABLE=1"))
+        else:
+            checks.append(Check("allreduce", "fail", value,
+                                "NCCL all-reduce fails with P2P on and off: multi-GPU training cannot work as is",
+                                "run with NCCL_DEBUG=INFO to see the transport error; check /dev/shm size "
+                                "(docker --ipc=host) and the driver"))
+    elif ar and "skipped" in ar:
+        checks.append(Check("allreduce", "ok", "skipped", ar["skipped"]))
+    elif len(gpus) >= 2:
+        checks.append(Check("allreduce", "warn", "not measured",
+                            "the P2P on/off all-reduce was not run (facts without it, or --no-allreduce)",
+                            "run `cookbook env` on the machine without --no-allreduce"))
+    return checks
+
+
+def cuda_versions_compatible(torch_cuda: str, toolkit: str) -> bool:
+    """DeepSpeed's rule (``deepspeed/ops/op_builder/builder.py::assert_no_cuda_mismatch``): the toolkit
+    (``nvcc``) and torch's CUDA must be equal in ``major.minor``, or share a major version with both
+    listed in :data:`CUDA_MINOR_MISMATCH_OK`."""
+    t = ".".join(torch_cuda.split(".")[:2])
+    s = ".".join(toolkit.split(".")[:2])
+    if t == s:
+        return True
+    major = int(s.split(".")[0])
+    ok = CUDA_MINOR_MISMATCH_OK.get(major, [])
+    return s in ok and t in ok
+
+
+def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
+    checks = []
+    need = _needs_jit_ops(plan)
+    tcuda, nvcc = facts.get("torch_cuda_version"), facts.get("nvcc_version")
+    env = facts.get("env") or {}
+    if not tcuda:
+        checks.append(Check("cuda_toolkit", "ok", f"nvcc {nvcc or 'not found'}; torch without CUDA",
+                            "torch is a CPU build: DeepSpeed compiles its CPU ops (CPU Adam) with the C++ compiler "
+                            "only; the CUDA toolkit is not used" if "torch_cuda_version" in facts or facts.get("torch_version")
+                            else "torch's CUDA version not recorded"))
+    elif not nvcc:
+        checks.append(Check("cuda_toolkit", "warn", f"torch CUDA {tcuda}; nvcc not found (CUDA_HOME={facts.get('cuda_home')})",
+                            "DeepSpeed cannot JIT-compile its CUDA ops (FusedAdam, used when the DeepSpeed config names "
+                            "an Adam optimizer without offload); CPU-only ops still build",
+                            f"install the CUDA {tcuda} toolkit and export CUDA_HOME=/usr/local/cuda-{tcuda}"))
+    elif cuda_versions_compatible(tcuda, nvcc):
+        checks.append(Check("cuda_toolkit", "ok", f"torch CUDA {tcuda}, nvcc {nvcc}",
+                            "DeepSpeed's assert_no_cuda_mismatch accepts this pair"))
+    else:
+        skip = env.get("DS_SKIP_CUDA_CHECK") == "1"
+        checks.append(Check(
+            "cuda_toolkit", "warn" if skip else "fail", f"torch CUDA {tcuda}, nvcc {nvcc} (CUDA_HOME={facts.get('cuda_home')})",
+            f"torch was built for CUDA {tcuda} but the toolkit DeepSpeed compiles with is {nvcc}: DeepSpeed's "
+            "assert_no_cuda_mismatch (op_builder/builder.py) raises CUDAMismatchException when it JIT-builds a CUDA "
+            "op (FusedAdam; and CPU Adam / async_io in DeepSpeed versions that build them with nvcc)"
+            + (". DS_SKIP_CUDA_CHECK=1 is set: DeepSpeed builds anyway, at your risk" if skip else ""),
+            f"install the CUDA {tcuda} toolkit and export CUDA_HOME=/usr/local/cuda-{tcuda}, or install torch built "
+            f"for CUDA {nvcc}: pip install torch --index-url https://download.pytorch.org/whl/cu{nvcc.replace('.', '')}"))
+
+    missing = [name for key, name in (("python_headers", "Python.h"), ("ninja", "ninja"), ("cxx", "C++ compiler"))
+               if facts.get(key) is False]
+    unknown = [name for key, name in (("python_headers", "Python.h"), ("ninja", "ninja")) if facts.get(key) is None]
+    fixes = {"Python.h": "sudo apt-get install python3-dev (or python3.X-dev for your Python)",
+             "ninja": "pip install ninja (and make sure the venv's bin is on PATH)",
+             "C++ compiler": "sudo apt-get install build-essential"}
+    if missing:
+        checks.append(Check("build_tools", "fail" if need else "warn", "missing: " + ", ".join(missing),
+                            "DeepSpeed JIT-compiles its ops (torch.utils.cpp_extension needs Python.h, ninja and a C++ "
+                            "compiler)" + (f"; this plan needs {', '.join(need)}" if need else ""),
+                            "; ".join(fixes[m] for m in missing)))
+    else:
+        checks.append(Check("build_tools", "warn" if unknown else "ok",
+                            "Python.h, ninja" + (" (unknown: " + ", ".join(unknown) + ")" if unknown else " present"),
+                            "what DeepSpeed needs to JIT-compile CPU Adam and other ops"))
+
+    ops = facts.get("ds_ops")
+    if ops is None:
+        checks.append(Check("deepspeed_ops", "warn" if need else "ok", "not probed",
+                            "DeepSpeed's op builders were not asked (" + (facts.get("deepspeed_error") or facts.get(
+                                "probe_error") or "not in the facts") + ")"))
+    else:
+        wanted = need or ["cpu_adam"]
+        bad = [o for o in wanted if ops.get(o) is False]
+        value = ", ".join(f"{k}={'yes' if v else ('n/a' if v is None else 'no')}" for k, v in ops.items())
+        if bad:
+            fix = []
+            if "async_io" in bad:
+                fix.append(f"install libaio: {LIBAIO_PACKAGES}")
+            if "cpu_adam" in bad:
+                fix.append("see `ds_report`; install Python.h, ninja and a C++ compiler")
+            checks.append(Check("deepspeed_ops", "fail" if need else "warn", value,
+                                f"DeepSpeed's own is_compatible() says no for {', '.join(bad)}"
+                                + (f", which this plan needs" if need else ""), "; ".join(fix)))
+        else:
+            checks.append(Check("deepspeed_ops", "ok", value,
+                                "DeepSpeed's op builders' is_compatible() (deepspeed.accelerator.get_accelerator()"
+                                ".get_op_builder(...)().is_compatible())"))
+    return checks
+
+
+def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
+    checks = []
+    total, avail = facts.get("host_memory_gib"), facts.get("host_available_gib")
+    swap = facts.get("swap_gib")
+    if plan is None:
+        checks.append(Check("host_memory", "ok" if total else "warn",
+                            f"{total:.1f} GiB RAM" if total else "unknown",
+                            "no plan given: pass --model ... (as for `cookbook estimate`) to compare with the plan's need"))
+    elif not total:
+        checks.append(Check("host_memory", "warn", "unknown", "host_memory_gib not recorded"))
+    else:
+        est, why = _estimate(plan)
+        if est is None:
+            checks.append(Check("host_memory", "warn", f"{total:.1f} GiB RAM", why))
+        else:
+            need = float(est.host_gib["total"])
+            swap_note = (f" Swap ({swap:.0f} GiB) does not count: offloaded states sit in pinned (page-locked) memory, "
+                         "which the kernel cannot swap out." if swap else "")
+            value = f"need ≈ {need:.1f} GiB of {total:.1f} GiB" + (f" ({avail:.1f} GiB available now)" if avail else "")
+            if need > total:
+                fix = ("less host offload: offload only the optimizer (--offload-param none), or use NVMe offload "
+                       "(--offload-optimizer nvme --offload-param nvme --nvme-path /mnt/nvme), or fewer ranks per "
+                       "machine, or more RAM")
+                checks.append(Check("host_memory", "fail", value,
+                                    f"the estimator's host need for {plan.label} on {plan.num_gpus} rank(s) exceeds the "
+                                    "RAM: the kernel OOM killer ends the run (rank killed with signal 9)." + swap_note, fix))
+            elif (avail is not None and need > avail) or need > 0.9 * total:
+                checks.append(Check("host_memory", "warn", value,
+                                    "little headroom: the OS, page cache, data loader workers and other processes need "
+                                    "RAM too" + (" and only the available memory is free now" if avail is not None and
+                                                 need > avail else "") + "." + swap_note,
+                                    "close other processes or reduce host offload"))
+            else:
+                checks.append(Check("host_memory", "ok", value, "the plan's host need fits in RAM"))
+    shm = facts.get("shm_gib")
+    gpus = facts.get("gpus") or []
+    multi = len(gpus) > 1 and (plan is None or _ranks_per_machine(plan) > 1)
+    if shm is None:
+        checks.append(Check("shm", "warn", "unknown", "/dev/shm size not recorded"))
+    elif shm < 1.0:
+        fail = multi and shm < 0.5
+        checks.append(Check("shm", "fail" if fail else "warn", f"/dev/shm {shm * 1024:.0f} MiB",
+                            "DataLoader workers pass batches through /dev/shm, and NCCL's SHM transport (used between "
+                            "GPUs when P2P is disabled) allocates there; a container's 64 MiB default makes them crash "
+                            "('Bus error', NCCL 'unhandled system error')",
+                            "docker run --ipc=host (or --shm-size=16g); on a host: mount -o remount,size=16G /dev/shm"))
+    else:
+        checks.append(Check("shm", "ok", f"/dev/shm {shm:.1f} GiB", "enough for DataLoader workers and NCCL's SHM transport"))
+    return checks
+
+
+def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
+    if plan is None or "nvme" not in (plan.offload_optimizer, plan.offload_param):
+        return []
+    checks = []
+    lib = facts.get("libaio")
+    ds_aio = (facts.get("ds_ops") or {}).get("async_io")
+    if lib is False or ds_aio is False:
+        checks.append(Check("libaio", "fail", "missing",
+                            "NVMe offload uses DeepSpeed's async_io op, which links libaio (headers and .so); "
+                            "without it DeepSpeed cannot build the op and the run stops at start",
+                            LIBAIO_PACKAGES))
+    elif lib is None:
+        checks.append(Check("libaio", "warn", "unknown", "libaio presence not recorded", LIBAIO_PACKAGES))
+    else:
+        checks.append(Check("libaio", "ok", "present", "DeepSpeed's async_io op can link libaio"))
+    path = facts.get("nvme_path") or plan.nvme_path
+    exists = facts.get("nvme_path_exists")
+    if exists is False:
+        checks.append(Check("nvme_path", "fail", f"{path} does not exist",
+                            "DeepSpeed writes the swap files into this folder and does not create it",
+                            f"mkdir -p {path}  (on a local NVMe SSD)"))
+    elif exists is None:
+        checks.append(Check("nvme_path", "warn", f"{path}: unknown", "the facts do not say whether the folder exists",
+                            f"cookbook env --nvme-path {path} on the machine"))
+    else:
+        checks.append(Check("nvme_path", "ok", f"{path} exists", "NVMe swap folder present"))
+    need = _nvme_bytes(plan)
+    free = facts.get("disk_free_gib")
+    if need is None or free is None:
+        checks.append(Check("nvme_disk", "warn", f"free {free if free is not None else 'unknown'} GiB",
+                            "offloaded size or free disk unknown"))
+    else:
+        need_gib = need / GIB
+        what = " + ".join(x for x, on in (("optimizer states 12 B/param", plan.offload_optimizer == "nvme"),
+                                         ("parameters 2 B/param", plan.offload_param == "nvme")) if on)
+        if free < need_gib:
+            checks.append(Check("nvme_disk", "fail", f"need {need_gib:.1f} GiB, free {free:.1f} GiB",
+                                f"the offloaded states ({what}) do not fit on the file system of {path}",
+                                f"free {need_gib - free:.1f} GiB or point --nvme-path at a larger SSD"))
+        else:
+            checks.append(Check("nvme_disk", "ok", f"need {need_gib:.1f} GiB, free {free:.1f} GiB",
+                                f"the offloaded states ({what}) fit"))
+    return checks
+
+
+def recommended_env(facts: dict, plan: Plan | None = None) -> dict[str, str]:
+    """Environment variables to set for the training processes on this machine.
+
+    * no NVIDIA GPU: ``DS_ACCELERATOR=cpu`` (DeepSpeed's accelerator override,
+      ``deepspeed/accelerator/real_accelerator.py``) and ``OMP_NUM_THREADS`` = physical cores ÷
+      ranks per machine, at least 1 — the split Accelerate applies for multi-CPU runs
+      (``accelerate/state.py``, ``psutil.cpu_count(logical=False) / local_world_size``).
+    * Accelerate's RTX 40xx rule applies (:func:`accelerate_p2p_unsupported`), or the measured
+      all-reduce hangs / is faster with P2P off: ``NCCL_P2P_DISABLE=1`` (and ``NCCL_IB_DISABLE=1``
+      for the RTX 40xx rule).
+
+    Returns:
+        name -> value; empty when nothing needs setting.
+    """
+    env: dict[str, str] = {}
+    gpus = facts.get("gpus")
+    if gpus == [] or (gpus is None and not facts.get("torch_cuda_version")):
+        env["DS_ACCELERATOR"] = "cpu"
+        cores = facts.get("cpu_count_physical") or facts.get("cpu_count") or 1
+        env["OMP_NUM_THREADS"] = str(max(1, int(cores) // _ranks_per_machine(plan)))
+    if accelerate_p2p_unsupported(facts):
+        env["NCCL_P2P_DISABLE"] = "1"
+        env["NCCL_IB_DISABLE"] = "1"
+    ar = facts.get("allreduce") or {}
+    on, off = ar.get("p2p_on") or {}, ar.get("p2p_off") or {}
+    if off.get("status") == "ok" and (on.get("status") not in (None, "ok") or
+                                       (on.get("status") == "ok" and off["busbw_gbps"] > on["busbw_gbps"] * 1.1)):
+        env["NCCL_P2P_DISABLE"] = "1"
+    return env
+
+
+def env_block(env: dict[str, str], facts: dict | None = None) -> str:
+    """Shell lines to paste: ``export NAME=value`` per variable, plus a comment per misspelled NCCL variable."""
+    lines = [f"export {k}={v}" for k, v in env.items()]
+    for name, close in _misspelled_nccl((facts or {}).get("env") or {}):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            lines.append(f"unset {name}  # misspelled" + (f" {close}" if close else "") + ": has no effect")
+        else:
+            lines.append(f"# {name} is not a valid variable name and has no effect; remove it from your launch script")
+    return "\n".join(lines)
+
+
+def _check_recommended(facts: dict, rec: dict[str, str]) -> Check:
+    env = facts.get("env") or {}
+    missing = {k: v for k, v in rec.items() if env.get(k) != v}
+    block = env_block(rec, facts)
+    if not rec:
+        return Check("recommended_env", "ok", "nothing to set", "no variable needed for this machine and plan")
+    if missing:
+        return Check("recommended_env", "warn", ", ".join(f"{k}={v}" for k, v in missing.items()),
+                     "not set in this environment yet (`cookbook.launch` sets them for its child processes)",
+                     block.replace("\n", "; "))
+    return Check("recommended_env", "ok", ", ".join(f"{k}={v}" for k, v in rec.items()), "already set")
+
+
+RULES = (_check_versions, _check_gpus, _check_rtx40, _check_p2p, _check_build, _check_memory, _check_nvme)
+
+
+def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict | str | None = None,
+          run_allreduce: bool = True, world_size: int | None = None) -> EnvReport:
+    """Run every rule on ``facts`` (gathered live when None) for an optional plan.
+
+    Args:
+        plan: the planned run; None checks the machine alone.
+        facts: a facts dict (e.g. :func:`load_facts`); None gathers this machine's facts
+            (:func:`gather_facts`, a few seconds; with 2+ GPUs and ``run_allreduce`` the timed
+            all-reduce adds up to two timeouts).
+        config: a DeepSpeed config (dict or JSON path); its ZeRO stage, offload targets, micro batch,
+            accumulation and precision replace the plan's (model and world size stay the plan's,
+            or ``world_size`` when given).
+        run_allreduce: time the P2P on/off all-reduce when gathering live facts.
+
+    Returns:
+        :class:`EnvReport`; ``report.ok`` is False when any check failed.
+
+    Raises:
+        PlanError: config unreadable or inconsistent with a plan; FactsError: malformed facts.
+    """
+    if config is not None:
+        base = plan or Plan()
+        plan = plan_from_ds_config(config, model=base.model, world_size=world_size or base.num_gpus,
+                                   gpu_memory_gib=base.gpu_memory_gib, host_memory_gib=base.host_memory_gib,
+                                   seq_len=base.seq_len, gradient_checkpointing=base.gradient_checkpointing,
+                                   nvme_path=base.nvme_path)
+    if facts is None:
+        facts = gather_facts(nvme_path=plan.nvme_path if plan else None, run_allreduce=run_allreduce)
+    else:
+        facts = validate_facts(facts)
+    checks: list[Check] = []
+    for rule in RULES:
+        checks.extend(rule(facts, plan))
+    rec = recommended_env(facts, plan)
+    checks.append(_check_recommended(facts, rec))
+    return EnvReport(checks=tuple(checks), facts=mask_secrets(facts), recommended_env=rec, plan=plan)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+def register(subparsers) -> None:
+    """Add ``cookbook env [plan] [--facts FILE] [--dump-facts FILE] [--json]``."""
+    p = subparsers.add_parser(
+        "env", help="check this machine (or a recorded facts file) for the traps of a ZeRO run",
+        description="Check the machine for a planned run. The plan is optional: give it as for `cookbook estimate` "
+                    "(--model, --gpus, --zero-stage, --offload-*) or as --config DS.json --world-size N --model NAME. "
+                    "Exit code 1 when any check fails.")
+    add_plan_arguments(p)
+    p.add_argument("--config", default=None, help="a DeepSpeed JSON config; with --model and --world-size")
+    p.add_argument("--world-size", type=int, default=None, help="ranks over all machines (with --config)")
+    p.add_argument("--facts", default=None, help="evaluate the rules on a recorded facts file instead of this machine")
+    p.add_argument("--dump-facts", default=None, metavar="FILE", help="write this machine's facts as JSON (secrets masked)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-allreduce", action="store_true", help="skip the timed P2P on/off all-reduce (2+ GPUs)")
+    p.add_argument("--allreduce-timeout", type=float, default=60.0, help="seconds per all-reduce setting before it counts as a hang")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    plan = None
+    if args.config is not None and not args.model:
+        raise PlanError("--config needs --model NAME (the model the config is for) and --world-size N")
+    if args.model:
+        plan = plan_from_args(args, num_gpus=args.world_size) if args.config is None else \
+            plan_from_ds_config(args.config, model=args.model, world_size=args.world_size or args.num_gpus or 1,
+                                gpu_memory_gib=args.gpu_memory_gib, host_memory_gib=args.host_memory_gib,
+                                seq_len=args.seq_len, gradient_checkpointing=args.gradient_checkpointing,
+                                nvme_path=args.nvme_path)
+    try:
+        if args.facts:
+            facts = load_facts(args.facts)
+        else:
+            facts = gather_facts(nvme_path=(plan.nvme_path if plan else None) or args.nvme_path,
+                                 run_allreduce=not args.no_allreduce, allreduce_timeout_s=args.allreduce_timeout)
+    except FactsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.dump_facts:
+        path = dump_facts(facts, args.dump_facts)
+        print(f"facts written to {path}", file=sys.stderr)
+    report = check(plan, facts)
+    print(report.to_json() if args.json else str(report))
+    return 0 if report.ok else 1
