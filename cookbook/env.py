@@ -654,18 +654,26 @@ def _load_config(config: dict | str | os.PathLike) -> dict:
         raise PlanError(f"--config {str(p)!r}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
-def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str, world_size: int, **overrides) -> Plan:
+def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str | None = None, world_size: int | None = None,
+                        base: Plan | None = None, **overrides) -> Plan:
     """A :class:`Plan` from a DeepSpeed config (``zero_optimization.stage``, ``offload_optimizer.device``,
     ``offload_param.device``, their ``nvme_path``, ``train_micro_batch_size_per_gpu``,
     ``gradient_accumulation_steps``, ``bf16``/``fp16``), a model name and a world size.
-    ``"auto"`` values (filled in by Accelerate) keep the :class:`Plan` defaults.
+    ``"auto"`` values (filled in by Accelerate) keep the value of ``base`` (or the :class:`Plan`
+    defaults). Precedence: ``overrides`` > config > ``base``; ``model``/``world_size`` > ``base``.
 
     Raises:
         PlanError: unreadable config, or values no plan can hold.
     """
     cfg = _load_config(config)
     zero = cfg.get("zero_optimization") or {}
-    fields: dict = {"model": model, "num_gpus": world_size}
+    fields: dict = base.to_dict() if base is not None else {}
+    if model is not None:
+        fields["model"] = model
+    if world_size is not None:
+        fields["num_gpus"] = world_size
+    if "model" not in fields:
+        raise PlanError("a DeepSpeed config does not name the model: give --model NAME with --config")
 
     def given(v):
         return v is not None and v != "auto"
@@ -1272,11 +1280,7 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
         PlanError: config unreadable or inconsistent with a plan; FactsError: malformed facts.
     """
     if config is not None:
-        base = plan or Plan()
-        plan = plan_from_ds_config(config, model=base.model, world_size=world_size or base.num_gpus,
-                                   gpu_memory_gib=base.gpu_memory_gib, host_memory_gib=base.host_memory_gib,
-                                   seq_len=base.seq_len, gradient_checkpointing=base.gradient_checkpointing,
-                                   nvme_path=base.nvme_path)
+        plan = plan_from_ds_config(config, base=plan or Plan(), world_size=world_size)
     if facts is None:
         facts = gather_facts(nvme_path=plan.nvme_path if plan else None, run_allreduce=run_allreduce)
     else:
@@ -1315,11 +1319,9 @@ def _main(args) -> int:
     if args.config is not None and not args.model:
         raise PlanError("--config needs --model NAME (the model the config is for) and --world-size N")
     if args.model:
-        plan = plan_from_args(args, num_gpus=args.world_size) if args.config is None else \
-            plan_from_ds_config(args.config, model=args.model, world_size=args.world_size or args.num_gpus or 1,
-                                gpu_memory_gib=args.gpu_memory_gib, host_memory_gib=args.host_memory_gib,
-                                seq_len=args.seq_len, gradient_checkpointing=args.gradient_checkpointing,
-                                nvme_path=args.nvme_path)
+        plan = plan_from_args(args, num_gpus=args.world_size)
+        if args.config is not None:
+            plan = plan_from_ds_config(args.config, base=plan)
     try:
         if args.facts:
             facts = load_facts(args.facts)

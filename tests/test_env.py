@@ -1,0 +1,354 @@
+"""Tests for cookbook.env: rules on recorded facts files, Accelerate's and DeepSpeed's own logic as the
+reference, and one live run on this CPU machine."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from cookbook import env
+from cookbook.cli import main as cli_main
+from cookbook.plan import Plan, PlanError
+
+FACTS = Path(__file__).parent / "fixtures" / "facts"
+
+
+def facts(name: str) -> dict:
+    return env.load_facts(FACTS / f"{name}.json")
+
+
+def status(report, name):
+    return report[name].status
+
+
+# ---------------------------------------------------------------- RTX 40xx rule (accelerate)
+def test_rtx4090x4_driver535_without_nccl_vars_fails_with_fix():
+    r = env.check(None, facts("rtx4090x4_driver535"))
+    c = r["rtx40_p2p"]
+    assert c.status == "fail" and not r.ok
+    assert "NCCL_P2P_DISABLE=1" in c.fix and "NCCL_IB_DISABLE=1" in c.fix and "550.40.07" in c.fix
+    assert "CUDA_VISIBLE_DEVICES" in c.reason and "NotImplementedError" in c.reason
+    assert r.recommended_env == {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+    assert r.env_block() == "export NCCL_P2P_DISABLE=1\nexport NCCL_IB_DISABLE=1"
+    assert r.failed == (c,)
+
+
+def test_misspelled_nccl_vars_have_no_effect():
+    r = env.check(None, facts("rtx4090x4_driver535_misspelled"))
+    assert status(r, "rtx40_p2p") == "fail"
+    assert "NCCL_P2P5ISABLE" in r["rtx40_p2p"].reason
+    n = r["nccl_env"]
+    assert n.status == "fail"
+    assert "NCCL_P2P5ISABLE (did you mean NCCL_P2P_DISABLE?)" in n.value
+    assert "NCCL_IB-DISABLE (did you mean NCCL_IB_DISABLE?)" in n.value
+    block = r.env_block()
+    assert "export NCCL_P2P_DISABLE=1" in block and "unset NCCL_P2P5ISABLE" in block
+    assert "# NCCL_IB-DISABLE is not a valid variable name" in block
+
+
+def test_driver_560_ok():
+    r = env.check(None, facts("rtx4090x4_driver560"))
+    assert status(r, "rtx40_p2p") == "ok"
+    assert r.ok, [c for c in r.failed]
+    assert r.recommended_env == {}
+
+
+def test_one_rtx4090_ok():
+    r = env.check(None, facts("rtx4090x1_driver535"))
+    assert status(r, "rtx40_p2p") == "ok"
+    assert "more than one" in r["rtx40_p2p"].reason
+    assert r.ok
+
+
+def test_cuda_visible_devices_does_not_avoid_the_rule():
+    f = facts("rtx4090x4_driver535")
+    f["cuda_visible_devices"] = "0"
+    c = env.check(None, f)["rtx40_p2p"]
+    assert c.status == "fail" and "CUDA_VISIBLE_DEVICES='0'" in c.reason
+
+
+def test_nccl_vars_set_pass_and_zero_value_warns():
+    f = facts("rtx4090x4_driver535")
+    f["env"].update(NCCL_P2P_DISABLE="1", NCCL_IB_DISABLE="1")
+    r = env.check(None, f)
+    assert status(r, "rtx40_p2p") == "ok" and status(r, "recommended_env") == "ok" and r.ok
+    f["env"]["NCCL_P2P_DISABLE"] = "0"  # accelerate only checks presence: starts, but P2P stays on
+    assert status(env.check(None, f), "rtx40_p2p") == "warn"
+
+
+@pytest.mark.parametrize("names,driver", [
+    (["NVIDIA GeForce RTX 4090"] * 4, "535.104.05"),
+    (["NVIDIA GeForce RTX 4090"] * 4, "550.40.07"),
+    (["NVIDIA GeForce RTX 4090"] * 4, "550.40.06"),
+    (["NVIDIA GeForce RTX 4090"] * 2, "560.35.03"),
+    (["NVIDIA GeForce RTX 4090"], "535.104.05"),
+    (["NVIDIA GeForce RTX 3090"] * 4, "470.57.02"),
+    (["NVIDIA RTX 4000 Ada Generation"] * 2, "535.54.03"),
+    (["NVIDIA GeForce RTX 4090", "NVIDIA A100-SXM4-80GB"], "535.54.03"),
+    (["NVIDIA RTX A4000"] * 2, "535.54.03"),
+])
+def test_rule_matches_accelerates_own_function(monkeypatch, names, driver):
+    """Feed Accelerate's check_cuda_p2p_ib_support the same nvidia-smi answers as the facts."""
+    import accelerate.utils.environment as ae
+    monkeypatch.setattr(ae, "get_gpu_info", lambda: (names, len(names)))
+    monkeypatch.setattr(ae, "get_driver_version", lambda: driver)
+    f = {"gpus": [{"name": n, "memory_gib": 24.0, "compute_capability": [8, 9]} for n in names],
+         "driver_version": driver}
+    assert env.accelerate_p2p_unsupported(f) == (not ae.check_cuda_p2p_ib_support())
+
+
+# ---------------------------------------------------------------- CUDA toolkit / DeepSpeed ops
+def test_torch_cu118_with_toolkit_121_fails_with_fix():
+    r = env.check(None, facts("torch_cu118_toolkit121"))
+    c = r["cuda_toolkit"]
+    assert c.status == "fail" and not r.ok
+    assert "11.8" in c.value and "12.1" in c.value
+    assert "CUDA_HOME=/usr/local/cuda-11.8" in c.fix and "whl/cu121" in c.fix
+
+
+def test_ds_skip_cuda_check_downgrades_to_warning():
+    f = facts("torch_cu118_toolkit121")
+    f["env"]["DS_SKIP_CUDA_CHECK"] = "1"
+    assert status(env.check(None, f), "cuda_toolkit") == "warn"
+
+
+def test_cuda_table_is_deepspeeds():
+    from deepspeed.ops.op_builder.builder import cuda_minor_mismatch_ok
+    assert env.CUDA_MINOR_MISMATCH_OK == cuda_minor_mismatch_ok
+
+
+@pytest.mark.parametrize("torch_cuda,toolkit,ok", [
+    ("11.8", "12.1", False), ("12.1", "12.1", True), ("12.1", "12.4", True), ("12.4", "12.8", True),
+    ("12.8", "13.0", False), ("11.7", "11.8", True), ("13.0", "13.0", True), ("13.0", "13.1", False),
+])
+def test_cuda_pairs(torch_cuda, toolkit, ok):
+    # the last case follows DeepSpeed: 13.x is not in its minor-mismatch table
+    assert env.cuda_versions_compatible(torch_cuda, toolkit) is ok
+
+
+def test_missing_build_tools_fail_only_when_plan_needs_jit_ops():
+    f = facts("rtx4090x4_driver560")
+    f["python_headers"], f["ninja"] = False, False
+    assert status(env.check(None, f), "build_tools") == "warn"
+    plan = Plan(model="llama-7b", num_gpus=4, zero_stage=2, offload_optimizer="cpu")
+    c = env.check(plan, f)["build_tools"]
+    assert c.status == "fail" and "python3-dev" in c.fix and "pip install ninja" in c.fix
+
+
+def test_bf16_on_turing_fails_for_bf16_plan():
+    f = facts("rtx4090x1_driver535")
+    f["gpus"] = [{"name": "Tesla T4", "memory_gib": 15.0, "compute_capability": [7, 5]}]
+    plan = Plan(model="tiny-qwen2", num_gpus=1, gpu_memory_gib=15.0, precision="bf16")
+    c = env.check(plan, f)["bf16"]
+    assert c.status == "fail" and "fp16" in c.fix
+
+
+def test_plan_needs_more_gpus_than_present():
+    c = env.check(Plan(model="tiny-qwen2", num_gpus=8), facts("rtx4090x4_driver560"))["gpus"]
+    assert c.status == "fail" and "--gpus 4" in c.fix
+
+
+def test_cpu_torch_on_gpu_box_fails():
+    f = facts("rtx4090x4_driver560")
+    f["torch_version"], f["torch_cuda_version"] = "2.5.1+cpu", None
+    assert status(env.check(None, f), "torch_cuda_build") == "fail"
+
+
+def test_old_driver_for_torch_cuda():
+    f = facts("rtx4090x1_driver535")
+    f["driver_version"], f["torch_cuda_version"] = "520.61.05", "12.4"  # CUDA 12.x needs >= 525.60.13
+    c = env.check(None, f)["driver"]
+    assert c.status == "fail" and "525.60.13" in c.reason
+
+
+# ---------------------------------------------------------------- host memory / shm / NVMe
+def test_qwen14b_full_offload_on_256gib_host_fails():
+    from cookbook.memory import estimate
+    plan = Plan(model="qwen-14b", num_gpus=8, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    need = estimate(plan).host_gib["total"]
+    assert need > 256
+    r = env.check(plan, facts("host256_8xrtx4090"))
+    c = r["host_memory"]
+    assert c.status == "fail" and not r.ok
+    assert f"{need:.1f} GiB of 256.0 GiB" in c.value
+    assert "pinned" in c.reason and "Swap (64 GiB) does not count" in c.reason
+    # the same plan with the optimizer alone on the CPU is much lighter on RAM
+    lighter = plan.replace(offload_param="none")
+    assert estimate(lighter).host_gib["total"] < need
+
+
+def test_small_shm_in_container():
+    f = facts("rtx4090x4_driver560")
+    f["shm_gib"] = 64 / 1024  # docker's default 64 MiB
+    c = env.check(None, f)["shm"]
+    assert c.status == "fail" and "--ipc=host" in c.fix and c.value == "/dev/shm 64 MiB"
+
+
+NVME_PLAN = Plan(model="llama-7b", num_gpus=4, zero_stage=3, offload_optimizer="nvme", offload_param="nvme",
+                 nvme_path="/mnt/nvme/ds_offload")
+
+
+def test_nvme_without_libaio_fails_with_package():
+    r = env.check(NVME_PLAN, facts("nvme_no_libaio"))
+    c = r["libaio"]
+    assert c.status == "fail" and "libaio-dev" in c.fix and "libaio-devel" in c.fix
+    assert status(r, "deepspeed_ops") == "fail"
+    assert status(r, "nvme_path") == "ok"
+    # 6,738,415,616 params × (12 + 2) bytes = 87.86 GiB, free 1700 GiB
+    assert r["nvme_disk"].value == "need 87.9 GiB, free 1700.0 GiB" and status(r, "nvme_disk") == "ok"
+
+
+def test_nvme_disk_too_small_and_missing_folder():
+    f = facts("nvme_no_libaio")
+    f.update(libaio=True, disk_free_gib=50.0, nvme_path_exists=False)
+    f["ds_ops"]["async_io"] = True
+    r = env.check(NVME_PLAN, f)
+    assert status(r, "libaio") == "ok"
+    assert status(r, "nvme_disk") == "fail" and status(r, "nvme_path") == "fail"
+    assert "mkdir -p /mnt/nvme/ds_offload" in r["nvme_path"].fix
+
+
+def test_no_nvme_checks_without_nvme_plan():
+    r = env.check(Plan(model="llama-7b", num_gpus=4, zero_stage=3), facts("nvme_no_libaio"))
+    assert "libaio" not in r.names()
+
+
+# ---------------------------------------------------------------- all-reduce results in facts
+def test_p2p_hang_becomes_fail_with_fix():
+    f = facts("rtx4090x4_driver560")
+    f["allreduce"] = {"p2p_on": {"status": "timeout", "timeout_s": 60},
+                      "p2p_off": {"status": "ok", "busbw_gbps": 18.2, "algbw_gbps": 12.1, "seconds": 0.0055}}
+    r = env.check(None, f)
+    c = r["allreduce"]
+    assert c.status == "fail" and c.fix == "export NCCL_P2P_DISABLE=1"
+    assert r.recommended_env == {"NCCL_P2P_DISABLE": "1"}
+
+
+def test_allreduce_both_fine_prefers_faster():
+    f = facts("rtx4090x4_driver560")
+    f["allreduce"] = {"p2p_on": {"status": "ok", "busbw_gbps": 22.0}, "p2p_off": {"status": "ok", "busbw_gbps": 18.0}}
+    c = env.check(None, f)["allreduce"]
+    assert c.status == "ok" and "P2P on" in c.reason
+
+
+def test_allreduce_timeout_kills_child_quickly():
+    """The timeout path: a child that cannot finish in 0.3 s (importing torch alone takes longer) is killed."""
+    t = time.monotonic()
+    res = env._allreduce_once("0", 2, 0.3, 1, 1)
+    assert res["status"] == "timeout"
+    assert time.monotonic() - t < 10
+
+
+# ---------------------------------------------------------------- facts files, secrets, report rendering
+def test_missing_keys_mean_unknown_not_crash():
+    r = env.check(None, {})
+    assert r.ok is True or all(c.status != "fail" for c in r.checks)
+    assert r["gpus"].status == "warn"
+    r = env.check(Plan(model="qwen-14b", num_gpus=8, zero_stage=3, offload_optimizer="nvme",
+                       nvme_path="/x"), {"gpus": [{"name": "NVIDIA GeForce RTX 4090"}] * 2})
+    assert r["rtx40_p2p"].status == "warn"  # driver unknown
+
+
+def test_bad_facts_file_errors(tmp_path):
+    with pytest.raises(env.FactsError, match="cannot be read"):
+        env.load_facts(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(env.FactsError, match="not valid JSON"):
+        env.load_facts(bad)
+    bad.write_text(json.dumps({"gpus": [{"name": "x", "compute_capability": "8.9"}]}))
+    with pytest.raises(env.FactsError, match=r"compute_capability='8.9' must be \[major, minor\]"):
+        env.load_facts(bad)
+    bad.write_text(json.dumps({"host_memory_gib": "256"}))
+    with pytest.raises(env.FactsError, match="host_memory_gib='256' must be"):
+        env.load_facts(bad)
+
+
+def test_secrets_masked_everywhere(tmp_path):
+    f = facts("rtx4090x4_driver535")
+    f["env"].update(HF_TOKEN="hf_realvalue123", WANDB_API_KEY="abc999", MY_PASSWORD="pw1", DB_SECRET="s3")
+    r = env.check(None, f)
+    out = r.to_json() + str(r) + r._repr_html_() + r.to_frame().to_string()
+    path = env.dump_facts(f, tmp_path / "f.json")
+    out += path.read_text()
+    for secret in ("hf_realvalue123", "abc999", "pw1", "s3\""):
+        assert secret not in out
+    assert json.loads(path.read_text())["env"]["WANDB_API_KEY"] == "<set>"
+    assert env.relevant_env({"HF_TOKEN": "x", "NCCL_DEBUG": "INFO", "HOME": "/root"}) == \
+        {"HF_TOKEN": "<set>", "NCCL_DEBUG": "INFO"}
+
+
+def test_report_renders_as_table():
+    r = env.check(None, facts("rtx4090x4_driver535"))
+    df = r.to_frame()
+    assert list(df.columns) == ["name", "status", "value", "reason", "fix"]
+    assert len(df) == len(r.checks)
+    assert df.set_index("name").loc["rtx40_p2p", "status"] == "fail"
+    assert "<table>" in r._repr_html_() and "export NCCL_P2P_DISABLE=1" in r._repr_html_()
+    d = json.loads(r.to_json())
+    assert d["ok"] is False and d["recommended_env"]["NCCL_IB_DISABLE"] == "1"
+
+
+def test_plan_from_ds_config(tmp_path):
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu"}},
+           "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 4}
+    p = env.plan_from_ds_config(cfg, model="qwen-14b", world_size=8)
+    assert (p.zero_stage, p.offload_optimizer, p.offload_param, p.grad_accum, p.micro_batch, p.num_gpus) == \
+        (3, "cpu", "cpu", 4, 1, 8)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    r = env.check(Plan(model="qwen-14b", num_gpus=8), facts("host256_8xrtx4090"), config=str(path))
+    assert r.plan == p
+    assert r["host_memory"].status == "fail"
+    with pytest.raises(PlanError, match="cannot read"):
+        env.plan_from_ds_config(tmp_path / "missing.json", model="qwen-14b", world_size=8)
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_on_facts_files(capsys):
+    assert cli_main(["env", "--facts", str(FACTS / "rtx4090x4_driver560.json")]) == 0
+    assert "cookbook env — OK" in capsys.readouterr().out
+    assert cli_main(["env", "--facts", str(FACTS / "rtx4090x4_driver535.json"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+    assert cli_main(["env", "--facts", str(FACTS / "host256_8xrtx4090.json"), "--model", "qwen-14b", "--gpus", "8",
+                     "--zero-stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] host_memory" in out
+    assert cli_main(["env", "--facts", str(FACTS / "nvme_no_libaio.json"), "--config", "/nonexistent.json"]) == 2
+    assert cli_main(["env", "--facts", "/nonexistent/facts.json"]) == 2
+
+
+def test_cli_json_output(capsys):
+    assert cli_main(["env", "--facts", str(FACTS / "rtx4090x4_driver535_misspelled.json"), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["ok"] is False
+    assert {c["name"]: c["status"] for c in d["checks"]}["nccl_env"] == "fail"
+
+
+def test_live_check_on_this_cpu_machine(monkeypatch, tmp_path, capsys):
+    """The live run: warnings (no GPU), no failure, secrets masked, facts file written, in seconds."""
+    monkeypatch.setenv("HF_TOKEN", "hf_livesecret42")
+    dump = tmp_path / "facts.json"
+    t = time.monotonic()
+    rc = cli_main(["env", "--dump-facts", str(dump), "--json"])
+    elapsed = time.monotonic() - t
+    out = capsys.readouterr().out
+    d = json.loads(out)
+    assert rc == 0 and d["ok"] is True, [c for c in d["checks"] if c["status"] == "fail"]
+    statuses = {c["name"]: c["status"] for c in d["checks"]}
+    assert statuses["gpus"] == "warn"
+    assert d["recommended_env"]["DS_ACCELERATOR"] == "cpu"
+    facts_live = env.load_facts(dump)
+    cores = facts_live["cpu_count_physical"] or facts_live["cpu_count"]
+    assert d["recommended_env"]["OMP_NUM_THREADS"] == str(max(1, cores))
+    assert facts_live["gpus"] == [] and facts_live["torch_cuda_version"] is None
+    assert facts_live["env"]["HF_TOKEN"] == "<set>"
+    assert "hf_livesecret42" not in out and "hf_livesecret42" not in dump.read_text()
+    # the recorded facts reproduce the live verdicts
+    again = env.check(None, facts_live)
+    assert {c.name: c.status for c in again.checks} == statuses
+    assert elapsed < 30
