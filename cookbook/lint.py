@@ -1,0 +1,1111 @@
+"""DeepSpeed config linter: paste a config from an article, get every problem named with its fix.
+
+``lint(config_or_path, world_size=8, mode="accelerate", gpu="RTX 4090")`` returns a
+:class:`LintReport` (a list of :class:`Finding`: severity, JSON path, message, fix), rendered as a
+table in notebooks. ``cookbook lint CONFIG.json --world-size N`` is the same from a shell; exit code
+0: no errors, 1: errors, 2: the file cannot be read or parsed.
+
+Rules (each names its source):
+  1. parse: file, line, column and the likely cause (trailing comma, single quotes, Python
+     ``True``/``False``/``None``, comments, unquoted keys); "not found" with the absolute path.
+  2. batch arithmetic: ``train_batch_size = micro batch × accumulation × world size``
+     (``deepspeed/runtime/config.py``, ``_set_batch_related_parameters`` / ``_batch_assertion``).
+  3. ``"auto"`` values: DeepSpeed does not fill them; Accelerate fills some
+     (``accelerate/utils/dataclasses.py::DeepSpeedPlugin``, ``accelerator.py::_prepare_deepspeed``);
+     the HF Trainer fills the rest (``transformers/integrations/deepspeed.py::HfTrainerDeepSpeedConfig``).
+  4. unknown / misplaced keys: known keys are read off DeepSpeed itself — the pydantic models'
+     fields and aliases (``DeepSpeedZeroConfig``, offload, fp16/bf16, monitor, comms configs; these
+     reject unknown keys) and the keys ``DeepSpeedConfig._initialize_params`` reads (top level,
+     ``aio``, ``activation_checkpointing``, ...; unknown ones there are silently ignored).
+  5. precision: fp16 on a bf16-capable GPU; fp16 loss-scale keys under ``bf16`` (DeepSpeed's
+     ``DeepSpeedBF16Config`` forbids them).
+  6. ``activation_checkpointing`` with a Hugging Face model (it configures only
+     ``deepspeed.checkpointing.checkpoint`` calls, which transformers models do not make).
+  7. offload: ``offload_param`` below stage 3, NVMe without ``nvme_path``, NVMe-only keys with a
+     CPU device, ``pin_memory`` with short host RAM, an NVMe parameter buffer too small.
+  8. ZeRO-3 without ``stage3_gather_16bit_weights_on_model_save`` when an HF model is saved.
+  9. wrong types and ranges (DeepSpeed's pydantic validation plus the top-level numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import json
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .plan import Plan, PlanError
+
+MODES = ("deepspeed", "accelerate", "trainer")
+ERROR, WARNING = "error", "warning"
+
+#: CUDA compute capability by GPU name (lower case, matched as a substring, longest name first).
+#: Source: NVIDIA, "CUDA GPUs - Compute Capability", https://developer.nvidia.com/cuda-gpus.
+GPU_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    "h200": (9, 0), "h100": (9, 0), "gh200": (9, 0), "b200": (10, 0), "b100": (10, 0),
+    "rtx 5090": (12, 0), "rtx 5080": (12, 0),
+    "rtx 4090": (8, 9), "rtx 4080": (8, 9), "rtx 4070": (8, 9), "rtx 4060": (8, 9), "rtx 6000 ada": (8, 9),
+    "l40s": (8, 9), "l40": (8, 9), "l4": (8, 9),
+    "a100": (8, 0), "a800": (8, 0), "a30": (8, 0),
+    "rtx 3090": (8, 6), "rtx 3080": (8, 6), "rtx 3070": (8, 6), "rtx 3060": (8, 6), "rtx a6000": (8, 6),
+    "a6000": (8, 6), "a40": (8, 6), "a10g": (8, 6), "a10": (8, 6),
+    "rtx 2080": (7, 5), "rtx 2070": (7, 5), "titan rtx": (7, 5), "t4": (7, 5),
+    "v100": (7, 0), "titan v": (7, 0), "p100": (6, 0), "p40": (6, 1), "gtx 1080": (6, 1),
+}
+
+#: fp16 dynamic-loss-scaling keys (``precision_config.DeepSpeedFP16Config``); DeepSpeed's bf16
+#: model forbids them (bf16 has fp32's exponent range and needs no loss scaling).
+FP16_ONLY_KEYS = ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                  "min_loss_scale", "auto_cast", "fp16_master_weights_and_grads")
+
+#: Keys inside an offload block that only take effect with ``device: nvme``
+#: (``deepspeed/runtime/zero/offload_config.py`` field docs).
+NVME_ONLY_KEYS = {"offload_param": ("nvme_path", "buffer_count", "buffer_size", "max_in_cpu"),
+                  "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init")}
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+# ----------------------------------------------------------------------------------------------
+# results
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: ``severity`` (``error``/``warning``), JSON ``path`` (dotted, ``(file)`` for the
+    file itself), ``message`` (what is wrong and why) and ``fix`` (what to write instead)."""
+
+    severity: str
+    path: str
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LintReport(list):
+    """The findings of one lint run, errors first. A list of :class:`Finding`.
+
+    Attributes:
+        source: the file linted, or ``None`` for a dict.
+        readable: False when the file is missing or does not parse as JSON (CLI exit code 2);
+            findings after the parse error, if any, come from a best-effort repaired text.
+    """
+
+    def __init__(self, findings=(), *, source: str | None = None, readable: bool = True):
+        order = {ERROR: 0, WARNING: 1}
+        super().__init__(sorted(findings, key=lambda f: order.get(f.severity, 2)))
+        self.source = source
+        self.readable = readable
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        """No errors (warnings allowed)."""
+        return self.readable and not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        """CLI exit code: 2 unreadable, 1 errors, 0 otherwise."""
+        return 2 if not self.readable else (1 if self.errors else 0)
+
+    def paths(self, severity: str | None = None) -> list[str]:
+        return [f.path for f in self if severity is None or f.severity == severity]
+
+    def to_json(self) -> dict:
+        """``{"errors": [{path, message, fix}, ...], "warnings": [...]}``."""
+        def rows(items):
+            return [{"path": f.path, "message": f.message, "fix": f.fix} for f in items]
+        return {"errors": rows(self.errors), "warnings": rows(self.warnings)}
+
+    def to_frame(self):
+        """A pandas DataFrame with columns severity, path, message, fix."""
+        import pandas as pd
+        return pd.DataFrame([f.to_dict() for f in self], columns=["severity", "path", "message", "fix"])
+
+    def _repr_html_(self) -> str:
+        if not len(self):
+            return "<p>No problems found.</p>"
+        return self.to_frame().to_html(index=False)
+
+    def __str__(self) -> str:
+        if not len(self):
+            return "no problems found"
+        lines = []
+        for f in self:
+            lines.append(f"{f.severity:<7} {f.path}: {f.message}")
+            lines.append(f"{'':<7} fix: {f.fix}")
+        lines.append(f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)")
+        return "\n".join(lines)
+
+
+class LintParseError(ValueError):
+    """A config file is missing or not valid JSON. ``finding`` holds file, line, column, cause."""
+
+    def __init__(self, finding: Finding, repaired: dict | None = None, extra: list[Finding] | None = None):
+        super().__init__(f"{finding.path}: {finding.message}")
+        self.finding = finding
+        self.repaired = repaired
+        self.extra = extra or []
+
+
+# ----------------------------------------------------------------------------------------------
+# rule 1: reading and parsing
+# ----------------------------------------------------------------------------------------------
+
+def _scan(text: str):
+    """Walk JSON-ish text outside double-quoted strings; yield (kind, start, end, token).
+
+    kinds: ``comment``, ``squote`` (single-quoted string), ``word`` (bare identifier),
+    ``trailing_comma``. Used to name the likely cause of a parse error and to repair the text.
+    """
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "#" or text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            yield "comment", i, j, text[i:j]
+            i = j
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            yield "comment", i, j, text[i:j]
+            i = j
+            continue
+        if c == "'":
+            j = i + 1
+            while j < n and text[j] not in "'\n":
+                j += 2 if text[j] == "\\" else 1
+            yield "squote", i, min(j + 1, n), text[i:j + 1]
+            i = j + 1
+            continue
+        if c == ",":
+            j = i + 1
+            while j < n and text[j] in " \t\r\n":
+                j += 1
+            if j < n and text[j] in "}]":
+                yield "trailing_comma", i, i + 1, ","
+            i += 1
+            continue
+        m = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*").match(text, i)
+        if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "._+-")):
+            yield "word", i, m.end(), m.group()
+            i = m.end()
+            continue
+        i += 1
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+_PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+_JSON_WORDS = {"true", "false", "null"}
+
+
+def _diagnose(text: str) -> tuple[list[str], str]:
+    """Likely causes (with line:col) of a JSON parse error, and a repaired text."""
+    causes: list[str] = []
+    out: list[str] = []
+    last = 0
+    for kind, start, end, token in _scan(text):
+        line, col = _line_col(text, start)
+        repl = None
+        if kind == "comment":
+            causes.append(f"comment {token.strip()[:30]!r} at {line}:{col} (JSON has no comments)")
+            repl = ""
+        elif kind == "squote":
+            causes.append(f"single-quoted string {token[:30]} at {line}:{col} (JSON strings use double quotes)")
+            repl = json.dumps(token[1:-1] if token.endswith("'") and len(token) > 1 else token[1:])
+        elif kind == "trailing_comma":
+            causes.append(f"trailing comma at {line}:{col} (JSON allows no comma before }} or ])")
+            repl = ""
+        elif kind == "word" and token in _PY_LITERALS:
+            causes.append(f"Python {token} at {line}:{col} (JSON writes {_PY_LITERALS[token]})")
+            repl = _PY_LITERALS[token]
+        elif kind == "word" and token not in _JSON_WORDS and not re.fullmatch(r"[eE]\d*", token):
+            causes.append(f"unquoted {'key' if text[end:].lstrip().startswith(':') else 'value'} {token!r} at "
+                          f"{line}:{col} (JSON strings need double quotes)")
+            repl = json.dumps(token)
+        if repl is not None:
+            out.append(text[last:start])
+            out.append(repl)
+            last = end
+    out.append(text[last:])
+    return causes, "".join(out)
+
+
+def _no_duplicates(pairs):
+    seen: dict[str, Any] = {}
+    dups = []
+    for key, value in pairs:
+        if key in seen:
+            dups.append(key)
+        seen[key] = value
+    if dups:
+        seen["__duplicate_keys__"] = dups
+    return seen
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """Read a DeepSpeed JSON config file.
+
+    Raises:
+        LintParseError: the file is missing, unreadable, or not valid JSON; its ``finding`` names
+            the absolute path, line, column and the likely cause (trailing comma, single quotes,
+            Python ``True``/``False``/``None``, comments, unquoted keys), and ``repaired`` holds
+            the config parsed after fixing those causes (or None).
+    """
+    p = Path(path).expanduser()
+    ap = str(p.resolve())
+    if not p.exists():
+        raise LintParseError(Finding(ERROR, "(file)", f"{ap} not found",
+                                     "check the path; the config must exist before launch"))
+    if p.is_dir():
+        raise LintParseError(Finding(ERROR, "(file)", f"{ap} is a folder, not a config file",
+                                     "pass the .json file inside it"))
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LintParseError(Finding(ERROR, "(file)", f"{ap} cannot be read: {exc}",
+                                     "save it as UTF-8 text and check its permissions")) from None
+    return _parse_text(text, ap)
+
+
+def _parse_text(text: str, name: str) -> dict:
+    if not text.strip():
+        raise LintParseError(Finding(ERROR, "(file)", f"{name} is empty", "paste the JSON config into it"))
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        causes, repaired_text = _diagnose(text)
+        where = f"{name}, line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        if causes:
+            message = f"not valid JSON ({where}); likely cause: " + "; ".join(causes[:8])
+            if len(causes) > 8:
+                message += f"; and {len(causes) - 8} more"
+        else:
+            message = f"not valid JSON ({where})"
+        fix = ("write true/false/null (not True/False/None), double quotes only, no comments, no comma "
+               "before } or ]; Accelerate and the HF Trainer read the file with json.load")
+        repaired = None
+        try:
+            candidate = json.loads(repaired_text, object_pairs_hook=_no_duplicates)
+            if causes:
+                repaired = candidate
+        except json.JSONDecodeError:
+            pass
+        raise LintParseError(Finding(ERROR, "(file)", message, fix), repaired=repaired) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# known keys, from DeepSpeed itself
+# ----------------------------------------------------------------------------------------------
+
+def _model_keys(model) -> set[str]:
+    keys = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        if info.alias:
+            keys.add(info.alias)
+    return keys
+
+
+@functools.lru_cache(maxsize=1)
+def _pydantic_sections() -> dict[str, Any]:
+    """Config path -> DeepSpeed pydantic model (these reject unknown keys)."""
+    from deepspeed.comm.config import CommsLoggerConfig
+    from deepspeed.monitor.config import CometConfig, CSVConfig, TensorBoardConfig, WandbConfig
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
+                                                       DeepSpeedZeroOffloadParamConfig)
+    return {
+        "zero_optimization": DeepSpeedZeroConfig,
+        "zero_optimization.offload_param": DeepSpeedZeroOffloadParamConfig,
+        "zero_optimization.offload_optimizer": DeepSpeedZeroOffloadOptimizerConfig,
+        "fp16": DeepSpeedFP16Config,
+        "bf16": DeepSpeedBF16Config,
+        "bfloat16": DeepSpeedBF16Config,
+        "tensorboard": TensorBoardConfig,
+        "wandb": WandbConfig,
+        "csv_monitor": CSVConfig,
+        "comet": CometConfig,
+        "comms_logger": CommsLoggerConfig,
+    }
+
+
+class _Keys:
+    def __init__(self, rec):
+        self.rec = rec
+
+    def __contains__(self, key):
+        self.rec.seen.add(key)
+        return dict.__contains__(self.rec, key)
+
+    def __iter__(self):
+        return iter(dict.keys(self.rec))
+
+    def __len__(self):
+        return dict.__len__(self.rec)
+
+
+class _RecordingDict(dict):
+    """A dict that records every key DeepSpeed's config code asks it for."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: set[str] = set()
+
+    def get(self, key, *default):
+        self.seen.add(key)
+        return dict.get(self, key, *default)
+
+    def __contains__(self, key):
+        self.seen.add(key)
+        return dict.__contains__(self, key)
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return dict.__getitem__(self, key)
+
+    def keys(self):
+        return _Keys(self)
+
+    def setdefault(self, key, *default):
+        self.seen.add(key)
+        return dict.setdefault(self, key, *default)
+
+    def pop(self, key, *default):
+        self.seen.add(key)
+        return dict.pop(self, key, *default)
+
+
+#: Top-level keys read outside ``_initialize_params`` (``DeepSpeedConfig._do_warning_check`` and
+#: ``DeepSpeedConfig.__init__``), and the optimizer/scheduler section keys (``runtime/config.py``
+#: ``get_optimizer_*`` / ``get_scheduler_*``).
+_EXTRA_TOP_KEYS = {"vocabulary_size", "sequence_parallel_size"}
+_STATIC_SECTION_KEYS = {"optimizer": {"type", "params", "legacy_fusion"}, "scheduler": {"type", "params"}}
+#: Sections whose sub-keys DeepSpeed reads with ``get_scalar_param`` (unknown ones are ignored).
+_RECORDED_SECTIONS = ("aio", "activation_checkpointing", "flops_profiler", "checkpoint", "data_types")
+
+
+def _run_initialize(param_dict) -> None:
+    from deepspeed.runtime.config import DeepSpeedConfig
+    cfg = DeepSpeedConfig.__new__(DeepSpeedConfig)
+    cfg._param_dict = param_dict
+    cfg.world_size = 1
+    cfg.global_rank = 0
+    cfg._initialize_params(param_dict)
+
+
+@functools.lru_cache(maxsize=1)
+def known_keys() -> dict[str, set[str]]:
+    """Known config keys by section path (``""`` = top level), read off DeepSpeed.
+
+    Top level and the ``get_scalar_param`` sections: the keys ``DeepSpeedConfig._initialize_params``
+    asks for when it parses a config (recorded with a dict that logs lookups). Pydantic sections:
+    field names and aliases of DeepSpeed's config models.
+    """
+    top = _RecordingDict(train_micro_batch_size_per_gpu=1)
+    _run_initialize(top)
+    result: dict[str, set[str]] = {"": set(top.seen) | _EXTRA_TOP_KEYS}
+    for section in _RECORDED_SECTIONS:
+        sub = _RecordingDict()
+        try:
+            _run_initialize(_RecordingDict({"train_micro_batch_size_per_gpu": 1, section: sub}))
+        except Exception:  # noqa: BLE001 — a section that needs fields to parse: keep what was read
+            pass
+        result[section] = set(sub.seen)
+    for path, model in _pydantic_sections().items():
+        result[path] = _model_keys(model)
+    result.update({k: set(v) for k, v in _STATIC_SECTION_KEYS.items()})
+    return result
+
+
+def _removed_keys() -> tuple[dict, dict]:
+    from deepspeed.runtime import config as ds_config
+    return (getattr(ds_config, "_REMOVED_TOP_LEVEL_CONFIG_KEYS", {}),
+            getattr(ds_config, "_REMOVED_ZERO_CONFIG_KEYS", {}))
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _walk(node, prefix=""):
+    """Yield (path, value) for every leaf (lists are walked with [i])."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, node
+
+
+def _get(cfg: dict, path: str, default=None):
+    node = cfg
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _enabled(block) -> bool:
+    return isinstance(block, dict) and block.get("enabled") in (True, "true", "auto")
+
+
+def gpu_compute_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU name (``"RTX 4090"``, ``"NVIDIA A100-SXM4-80GB"``), or None.
+
+    Source: :data:`GPU_COMPUTE_CAPABILITY` (NVIDIA's CUDA GPUs table).
+    """
+    norm = re.sub(r"[^a-z0-9]+", " ", str(name).lower()).strip()
+    norm_joined = norm.replace(" ", "")
+    for key in sorted(GPU_COMPUTE_CAPABILITY, key=len, reverse=True):
+        k = key.replace(" ", "")
+        if re.search(rf"(^|[^a-z0-9]){re.escape(key)}($|[^a-z0-9])", norm) or (len(k) > 3 and k in norm_joined):
+            return GPU_COMPUTE_CAPABILITY[key]
+    return None
+
+
+def _fmt(v) -> str:
+    return json.dumps(v) if not isinstance(v, str) or v != "auto" else '"auto"'
+
+
+# ----------------------------------------------------------------------------------------------
+# the rules
+# ----------------------------------------------------------------------------------------------
+
+class _Ctx:
+    def __init__(self, cfg, world_size, mode, gpu, model, plan, will_save_hf_model):
+        self.cfg = cfg
+        self.world_size = world_size
+        self.mode = mode
+        self.gpu = gpu
+        self.model = model
+        self.plan = plan
+        self.hf_model = bool(will_save_hf_model or model or plan)
+        self.will_save = will_save_hf_model
+        self.findings: list[Finding] = []
+        self.handled: set[str] = set()  # paths a specific rule already reported
+
+    def add(self, severity, path, message, fix):
+        self.findings.append(Finding(severity, path, message, fix))
+
+    @functools.cached_property
+    def spec(self):
+        name = self.model or (self.plan.model if self.plan else None)
+        if not name:
+            return None
+        try:
+            from .models import model_spec
+            return model_spec(name)
+        except Exception:  # noqa: BLE001 — reported once in lint()
+            return None
+
+    @property
+    def stage(self):
+        s = _get(self.cfg, "zero_optimization.stage", 0)
+        return s if _is_int(s) else None
+
+
+def _rule_batch(ctx: _Ctx) -> None:
+    cfg, n = ctx.cfg, ctx.world_size
+    vals = {k: cfg.get(k) for k in BATCH_KEYS}
+    if any(v == "auto" for v in vals.values()):
+        # rule 3 reports autos; arithmetic is checked only on explicit numbers
+        explicit = {k: v for k, v in vals.items() if _is_int(v)}
+        if len(explicit) < 3:
+            return
+    for k, v in vals.items():
+        if v is not None and v != "auto" and not (_is_int(v) and v > 0):
+            return  # rule 9 reports the type/range problem
+    tb, mb, ga = vals["train_batch_size"], vals["train_micro_batch_size_per_gpu"], vals["gradient_accumulation_steps"]
+    tb = None if tb == "auto" else tb
+    mb = None if mb == "auto" else mb
+    ga = None if ga == "auto" else ga
+    plan = ctx.plan
+    if n is None:
+        if any(v is not None for v in (tb, mb, ga)):
+            ctx.add(WARNING, "train_batch_size", "batch arithmetic not checked: the world size is unknown",
+                    "pass world_size (CLI: --world-size N), the number of GPUs over all machines")
+        return
+    src_mb = ""
+    if mb is None and plan is not None:
+        mb, src_mb = plan.micro_batch, " (micro batch from the plan)"
+    src_ga = ""
+    if ga is None and plan is not None and tb is not None:
+        ga, src_ga = plan.grad_accum, " (accumulation from the plan)"
+
+    if tb is None and mb is None:
+        if ctx.mode == "deepspeed":
+            ctx.add(ERROR, "train_micro_batch_size_per_gpu",
+                    "neither train_batch_size nor train_micro_batch_size_per_gpu is set; DeepSpeed refuses the "
+                    "config ('Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided')",
+                    "set train_micro_batch_size_per_gpu (sequences per GPU per step) and gradient_accumulation_steps")
+        return
+    if tb is not None and mb is not None:
+        g = ga if ga is not None else None
+        if g is None:
+            # DeepSpeed derives accumulation = train // micro // world size
+            derived = tb // mb // n
+            if derived >= 1 and derived * mb * n == tb:
+                return
+            ctx.add(ERROR, "train_batch_size",
+                    f"train_batch_size={tb} is not a multiple of micro batch {mb}{src_mb} × world size {n} = "
+                    f"{mb * n}; DeepSpeed cannot derive gradient_accumulation_steps",
+                    f"set train_batch_size to {mb * n} × accumulation steps (e.g. {mb * n} for 1 step) and "
+                    "gradient_accumulation_steps to match")
+            return
+        want = mb * g * n
+        if tb != want:
+            ctx.add(ERROR, "train_batch_size",
+                    f"train_batch_size={tb} but micro batch {mb}{src_mb} × accumulation {g}{src_ga} × world size "
+                    f"{n} = {want}; DeepSpeed refuses the config",
+                    f"set train_batch_size to {want}, or drop it (DeepSpeed computes it)")
+        return
+    if tb is not None:  # micro batch missing, no plan
+        g = ga if ga is not None else 1
+        mb_derived = tb // (g * n)
+        if mb_derived >= 1 and mb_derived * g * n == tb:
+            if ga is None:
+                return
+            ctx.add(WARNING, "train_micro_batch_size_per_gpu",
+                    f"train_micro_batch_size_per_gpu is not set; DeepSpeed derives it as train_batch_size {tb} / "
+                    f"(accumulation {g} × world size {n}) = {mb_derived}",
+                    f"set train_micro_batch_size_per_gpu to {mb_derived} explicitly so the arithmetic is visible")
+            return
+        fix_tb = g * n
+        ctx.add(ERROR, "train_batch_size",
+                f"train_batch_size={tb} with gradient_accumulation_steps={g} on world size {n}: DeepSpeed derives "
+                f"micro batch {tb} // ({g} × {n}) = {mb_derived} and refuses the config; train_batch_size must "
+                f"be micro batch × {g} × {n}",
+                f"for micro batch 1 set train_batch_size to {fix_tb} (micro batch B: {fix_tb}·B), and set "
+                f"train_micro_batch_size_per_gpu explicitly; or drop train_batch_size")
+        return
+    # micro batch (and maybe accumulation) only: DeepSpeed computes train_batch_size — consistent.
+
+
+def _rule_auto(ctx: _Ctx) -> None:
+    autos = [p for p, v in _walk(ctx.cfg) if v == "auto"]
+    if not autos:
+        return
+    bucket_hint = ""
+    if ctx.spec is not None:
+        from .dsconfig import bucket_sizes
+        b = bucket_sizes(ctx.spec.hidden_size)
+        bucket_hint = (f"; for {ctx.spec.name} (hidden size {ctx.spec.hidden_size}): reduce_bucket_size "
+                       f"{b['reduce_bucket_size']}, stage3_prefetch_bucket_size {b['stage3_prefetch_bucket_size']}, "
+                       f"stage3_param_persistence_threshold {b['stage3_param_persistence_threshold']}")
+    if ctx.mode == "deepspeed":
+        ctx.add(ERROR, autos[0] if len(autos) == 1 else "(config)",
+                f"\"auto\" is filled only by Accelerate or the HF Trainer; plain deepspeed.initialize fails on "
+                f"top-level \"auto\" and silently drops it inside sections (DeepSpeed defaults apply). "
+                f"\"auto\" at: {', '.join(autos)}",
+                "replace each \"auto\" with a number (`cookbook config PRESET --target deepspeed` writes them)"
+                + bucket_hint)
+        ctx.handled.update(autos)
+        return
+    # Accelerate (accelerate/utils/dataclasses.py DeepSpeedPlugin + accelerator.py _prepare_deepspeed)
+    acc_fills = {
+        "train_micro_batch_size_per_gpu": "the train DataLoader's batch_size",
+        "train_batch_size": "micro batch × accumulation × num_processes",
+        "gradient_accumulation_steps": "Accelerator(gradient_accumulation_steps=...) / accelerate config",
+        "gradient_clipping": "the accelerate config (default 1.0)",
+        "zero_optimization.stage": "the accelerate config zero_stage",
+        "zero_optimization.offload_optimizer.device": "the accelerate config",
+        "zero_optimization.offload_param.device": "the accelerate config",
+        "zero_optimization.offload_optimizer.nvme_path": "the accelerate config",
+        "zero_optimization.offload_param.nvme_path": "the accelerate config",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save":
+            "the accelerate config zero3_save_16bit_model (default false!)",
+        "zero_optimization.reduce_bucket_size": "hidden_size² from model.config",
+        "zero_optimization.stage3_prefetch_bucket_size": "0.9·hidden_size² from model.config",
+        "zero_optimization.stage3_param_persistence_threshold": "10·hidden_size from model.config",
+        "fp16.enabled": "--mixed_precision", "bf16.enabled": "--mixed_precision",
+    }
+    acc_conditional = {
+        "optimizer.params.lr": "only with accelerate.utils.DummyOptim(params, lr=...)",
+        "optimizer.params.weight_decay": "only with DummyOptim(..., weight_decay=...)",
+        "scheduler.params.warmup_min_lr": "only with accelerate.utils.DummyScheduler (0)",
+        "scheduler.params.warmup_max_lr": "only with DummyScheduler (the optimizer's lr)",
+        "scheduler.params.warmup_num_steps": "only with DummyScheduler(warmup_num_steps=...)",
+        "scheduler.params.total_num_steps": "only with DummyScheduler(total_num_steps=...)",
+    }
+    # HF Trainer (transformers/integrations/deepspeed.py trainer_config_process / _finalize)
+    trainer_fills = {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                     "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+                     "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr",
+                     "scheduler.params.warmup_max_lr", "scheduler.params.total_num_steps",
+                     "scheduler.params.warmup_num_steps", "fp16.enabled", "bf16.enabled",
+                     "zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+                     "zero_optimization.stage3_param_persistence_threshold"}
+    if ctx.mode == "trainer":
+        left = [p for p in autos if p not in trainer_fills and p not in acc_fills]
+    else:
+        filled = [p for p in autos if p in acc_fills]
+        cond = [p for p in autos if p in acc_conditional]
+        left = [p for p in autos if p not in acc_fills and p not in acc_conditional]
+        if filled:
+            ctx.add(WARNING, "(config)",
+                    "Accelerate fills these \"auto\" values: "
+                    + "; ".join(f"{p} from {acc_fills[p]}" for p in filled),
+                    "fine if those sources are what you intend; write numbers to pin them")
+        if cond:
+            ctx.add(WARNING, "(config)",
+                    "Accelerate fills these \"auto\" values only if the script passes its dummy objects: "
+                    + "; ".join(f"{p} {acc_conditional[p]}" for p in cond),
+                    "use DummyOptim/DummyScheduler in the training script, or write the numbers")
+    if left:
+        who = "the HF Trainer nor Accelerate fills" if ctx.mode == "trainer" else "Accelerate leaves"
+        ctx.add(ERROR, left[0] if len(left) == 1 else "(config)",
+                f"neither {who} these \"auto\" values: {', '.join(left)}" if ctx.mode == "trainer"
+                else f"{who} these \"auto\" values unfilled and raises ValueError at prepare(): {', '.join(left)}",
+                "replace them with numbers" + bucket_hint)
+    ctx.handled.update(autos)
+
+
+def _suggest(key: str, candidates) -> str | None:
+    match = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+def _where_key_belongs(key: str, known: dict[str, set[str]], exclude: str) -> str | None:
+    for section in ("", "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param",
+                    "fp16", "bf16", "aio", "optimizer", "scheduler", "activation_checkpointing"):
+        if section != exclude and key in known.get(section, ()):
+            return section
+    return None
+
+
+def _rule_keys(ctx: _Ctx) -> None:
+    known = known_keys()
+    removed_top, removed_zero = _removed_keys()
+    pyd = _pydantic_sections()
+    cfg = ctx.cfg
+
+    def check(section: str, node: dict):
+        allowed = known.get(section)
+        if allowed is None or not isinstance(node, dict):
+            return
+        strict = section in pyd  # pydantic: unknown keys are rejected
+        for key, value in node.items():
+            path = f"{section}.{key}" if section else key
+            if key == "__duplicate_keys__":
+                continue
+            if section == "" and key in removed_top:
+                ctx.add(ERROR, path, f"DeepSpeed rejects this removed feature: {removed_top[key]}", f"delete {key}")
+                continue
+            if section == "zero_optimization" and key in removed_zero:
+                ctx.add(ERROR, path, f"DeepSpeed rejects it: {removed_zero[key]}", f"delete {path}")
+                continue
+            if key in allowed:
+                sub = f"{section}.{key}" if section else key
+                if isinstance(value, dict) and sub in known:
+                    check(sub, value)
+                continue
+            if section in ("bf16", "bfloat16") and key in FP16_ONLY_KEYS:
+                continue  # rule 5
+            if section == "zero_optimization" and key == "aio":
+                ctx.add(ERROR, path, "the aio block sits inside zero_optimization; DeepSpeed reads it only at the "
+                        "top level (and the ZeRO config model rejects unknown keys)",
+                        "move \"aio\" to the top level of the config, next to zero_optimization")
+                continue
+            home = _where_key_belongs(key, known, section)
+            guess = _suggest(key, allowed)
+            consequence = ("DeepSpeed rejects the config (unknown keys are not permitted here)" if strict
+                           else "DeepSpeed silently ignores it")
+            if home is not None and home != section and not guess:
+                where = "the top level" if home == "" else home
+                ctx.add(ERROR, path, f"{key!r} does not belong in {section or 'the top level'}; {consequence}",
+                        f"move it under {where}")
+            elif guess:
+                ctx.add(ERROR, path, f"unknown key {key!r} in {section or 'the top level'}; {consequence}",
+                        f"did you mean {guess!r}? rename it")
+            elif home is not None:
+                where = "the top level" if home == "" else home
+                ctx.add(ERROR, path, f"{key!r} does not belong in {section or 'the top level'}; {consequence}",
+                        f"move it under {where}")
+            else:
+                ctx.add(ERROR if strict else WARNING, path,
+                        f"unknown key {key!r} in {section or 'the top level'}; {consequence}",
+                        "delete it, or check the DeepSpeed config reference (https://www.deepspeed.ai/docs/config-json/)")
+
+    check("", cfg)
+    dups = []
+
+    def find_dups(node, prefix=""):
+        if isinstance(node, dict):
+            for k in node.get("__duplicate_keys__", []):
+                dups.append(f"{prefix}.{k}" if prefix else k)
+            for k, v in node.items():
+                if k != "__duplicate_keys__":
+                    find_dups(v, f"{prefix}.{k}" if prefix else k)
+    find_dups(cfg)
+    for p in dups:
+        ctx.add(ERROR, p, "key given twice; DeepSpeed's loader refuses duplicate keys, json.load keeps the last",
+                "keep one of them")
+
+
+def _rule_precision(ctx: _Ctx) -> None:
+    cfg = ctx.cfg
+    bf16 = cfg.get("bf16", cfg.get("bfloat16"))
+    bf16_key = "bf16" if "bf16" in cfg else "bfloat16"
+    fp16 = cfg.get("fp16")
+    if isinstance(bf16, dict):
+        bad = [k for k in bf16 if k in FP16_ONLY_KEYS]
+        if bad:
+            ctx.add(ERROR, f"{bf16_key}.{bad[0]}" if len(bad) == 1 else bf16_key,
+                    f"fp16 loss-scaling key(s) {', '.join(bad)} under {bf16_key}: recent DeepSpeed rejects them "
+                    "(DeepSpeedBF16Config permits no extra keys); bf16 has fp32's exponent range and needs no "
+                    "loss scaling",
+                    f"delete {', '.join(bad)} from {bf16_key}: {{\"{bf16_key}\": {{\"enabled\": true}}}}")
+    if _enabled(fp16) and fp16.get("enabled") is True and _enabled(bf16) and bf16.get("enabled") is True:
+        ctx.add(ERROR, "fp16.enabled", "fp16 and bf16 are both enabled; DeepSpeed asserts "
+                "'bfloat16 and fp16 modes cannot be simultaneously enabled'", "keep one: bf16 on Ampere or newer")
+    if ctx.gpu and isinstance(fp16, dict) and fp16.get("enabled") is True:
+        cc = gpu_compute_capability(ctx.gpu)
+        if cc is not None and cc >= (8, 0):
+            ctx.add(WARNING, "fp16",
+                    f"fp16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]}), which computes in bf16 natively: fp16 "
+                    "needs loss scaling and can overflow (skipped steps, NaN loss); bf16 has fp32's range",
+                    'replace the fp16 block with "bf16": {"enabled": true}')
+    if ctx.gpu and gpu_compute_capability(ctx.gpu) is None:
+        ctx.add(WARNING, "(gpu)", f"unknown GPU {ctx.gpu!r}: bf16 support not checked",
+                "name it like 'RTX 4090', 'A100', 'H100', 'V100'")
+    if ctx.gpu and _enabled(bf16) and bf16.get("enabled") is True:
+        cc = gpu_compute_capability(ctx.gpu)
+        if cc is not None and cc < (8, 0):
+            ctx.add(ERROR, bf16_key, f"bf16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]} < 8.0): no native "
+                    "bf16 compute", 'use "fp16": {"enabled": true, "loss_scale": 0} instead')
+
+
+def _rule_activation_checkpointing(ctx: _Ctx) -> None:
+    if "activation_checkpointing" in ctx.cfg and ctx.hf_model:
+        ctx.add(WARNING, "activation_checkpointing",
+                "activation_checkpointing configures only deepspeed.checkpointing.checkpoint() calls; Hugging Face "
+                "transformers models do not make them, so this block does nothing and activation memory is unchanged",
+                "delete the block and call model.gradient_checkpointing_enable() (or TrainingArguments("
+                "gradient_checkpointing=True)) before training")
+
+
+def _rule_offload(ctx: _Ctx) -> None:
+    zero = ctx.cfg.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return
+    stage = ctx.stage
+    for name in ("offload_optimizer", "offload_param"):
+        block = zero.get(name)
+        path = f"zero_optimization.{name}"
+        if not isinstance(block, dict):
+            continue
+        device = block.get("device", "none")
+        if device in (None, "none", "auto"):
+            continue
+        if name == "offload_param" and stage is not None and stage < 3:
+            ctx.add(ERROR, path, f"offload_param with ZeRO stage {stage}: parameter offload exists only in stage 3; "
+                    "DeepSpeed ignores it and the parameters stay on the GPU",
+                    "set zero_optimization.stage to 3, or delete offload_param (use offload_optimizer for stage 1-2)")
+        if name == "offload_optimizer" and stage == 0:
+            ctx.add(ERROR, path, "offload_optimizer with ZeRO stage 0: offload needs ZeRO stage 1, 2 or 3",
+                    "set zero_optimization.stage to 2 or 3")
+        if device == "nvme" and not block.get("nvme_path"):
+            ctx.add(ERROR, f"{path}.nvme_path", f"{name} to NVMe without nvme_path: DeepSpeed has nowhere to swap",
+                    f"add \"nvme_path\": \"/local_nvme\" (a folder on a fast local NVMe SSD) to {path}")
+        if device == "cpu":
+            ignored = [k for k in NVME_ONLY_KEYS[name] if k in block]
+            if ignored:
+                ctx.add(WARNING, f"{path}.{ignored[0]}" if len(ignored) == 1 else path,
+                        f"{', '.join(ignored)} only take(s) effect with device nvme; with device cpu DeepSpeed ignores it",
+                        f"delete {', '.join(ignored)}, or set device to nvme")
+        if name == "offload_param" and device == "nvme" and ctx.spec is not None and ctx.world_size:
+            bs = block.get("buffer_size", 10**8)
+            need = -(-ctx.spec.largest_layer_params // ctx.world_size)
+            if _is_num(bs) and bs < need:
+                ctx.add(ERROR, f"{path}.buffer_size",
+                        f"buffer_size {int(bs)} elements is smaller than one rank's partition of {ctx.spec.name}'s "
+                        f"largest tensor ({ctx.spec.largest_layer_params} / {ctx.world_size} = {need}); DeepSpeed "
+                        "asserts 'More elements ... than buffer size' at the first swap",
+                        f"set buffer_size to at least {need}")
+    # pin_memory with short host RAM
+    plan = ctx.plan
+    pinned = [f"zero_optimization.{n}.pin_memory" for n in ("offload_optimizer", "offload_param")
+              if isinstance(zero.get(n), dict) and zero[n].get("pin_memory") is True
+              and zero[n].get("device") in ("cpu", "nvme")]
+    if plan is not None and plan.host_memory_gib is not None and pinned and stage in (1, 2, 3):
+        try:
+            def dev(n):
+                d = zero.get(n, {}).get("device", "none") if isinstance(zero.get(n), dict) else "none"
+                return d if d in ("cpu", "nvme") else "none"
+            eff = plan.replace(zero_stage=stage, offload_optimizer=dev("offload_optimizer"),
+                               offload_param=dev("offload_param") if stage == 3 else "none",
+                               nvme_path=plan.nvme_path or "/nvme", num_gpus=ctx.world_size or plan.num_gpus,
+                               num_machines=1 if (ctx.world_size or plan.num_gpus) % plan.num_machines else plan.num_machines)
+            from .dsconfig import host_memory_needed_gib, host_memory_short
+            if host_memory_short(eff):
+                need = host_memory_needed_gib(eff)
+                ctx.add(WARNING, pinned[0] if len(pinned) == 1 else "zero_optimization",
+                        f"pin_memory true while host RAM is short: DeepSpeed estimates {need:.0f} GiB per machine for "
+                        f"the offloaded model states, the plan has {plan.host_memory_gib:g} GiB; pinned pages cannot be "
+                        "swapped out, so the run gets killed instead of slowing down",
+                        "set pin_memory to false (slower transfers, but pageable), add RAM, or offload to NVMe")
+        except Exception:  # noqa: BLE001 — estimate unavailable (model unknown): skip this check
+            pass
+
+
+def _rule_save(ctx: _Ctx) -> None:
+    if ctx.stage != 3 or not ctx.will_save:
+        return
+    zero = ctx.cfg["zero_optimization"]
+    value = zero.get("stage3_gather_16bit_weights_on_model_save", zero.get("stage3_gather_fp16_weights_on_model_save"))
+    path = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+    if value is True:
+        return
+    if value == "auto" and ctx.mode == "accelerate":
+        msg = ("is \"auto\": Accelerate fills it from zero3_save_16bit_model, which defaults to false; then ")
+    elif value == "auto":
+        return  # trainer fills it via Accelerate as well; reported with the autos in deepspeed mode
+    else:
+        msg = "is not true under ZeRO-3: "
+    ctx.add(WARNING, path,
+            f"stage3_gather_16bit_weights_on_model_save {msg}each rank holds only a shard of every parameter, so "
+            "save_pretrained() / accelerator.save_model() would write empty placeholder tensors instead of weights",
+            "set \"stage3_gather_16bit_weights_on_model_save\": true in zero_optimization (or rebuild fp32 "
+            "weights afterwards with the checkpoint's zero_to_fp32.py)")
+
+
+_NUMBER_TOP = {"train_batch_size": "a positive integer", "train_micro_batch_size_per_gpu": "a positive integer",
+               "gradient_accumulation_steps": "a positive integer", "steps_per_print": "a positive integer",
+               "gradient_clipping": "a number >= 0"}
+
+
+def _rule_types(ctx: _Ctx) -> None:
+    cfg = ctx.cfg
+    # strings that hold numbers or booleans, anywhere
+    for path, value in _walk(cfg):
+        if not isinstance(value, str) or value == "auto" or path.endswith((".type", ".nvme_path", ".device")):
+            continue
+        try:
+            float(value)
+            is_num = value.strip().lower() not in ("nan", "inf", "infinity", "-inf")
+        except ValueError:
+            is_num = False
+        if is_num:
+            ctx.add(ERROR, path, f"{value!r} is a string where a number belongs; DeepSpeed's arithmetic and "
+                    "the Accelerate/Trainer consistency checks compare it as text", f"write it unquoted: {value}")
+            ctx.handled.add(path)
+        elif value.strip().lower() in ("true", "false"):
+            ctx.add(ERROR, path, f"{value!r} is a string where a boolean belongs",
+                    f"write it unquoted in lower case: {value.strip().lower()}")
+            ctx.handled.add(path)
+    for key, want in _NUMBER_TOP.items():
+        if key not in cfg or key in ctx.handled or cfg[key] == "auto":
+            continue
+        v = cfg[key]
+        ok = (_is_int(v) and v > 0) if want.startswith("a positive integer") else (_is_num(v) and v >= 0)
+        if not ok:
+            ctx.add(ERROR, key, f"{key}={v!r}: must be {want}", f"set {key} to {want}")
+    # ZeRO stage
+    zero = cfg.get("zero_optimization")
+    if zero is not None and not isinstance(zero, dict):
+        ctx.add(ERROR, "zero_optimization", f"zero_optimization is a {type(zero).__name__}, not an object",
+                'write it as {"stage": 2, ...}')
+    stage = zero.get("stage") if isinstance(zero, dict) else None
+    if isinstance(zero, dict) and "stage" in zero and stage != "auto" and not (_is_int(stage) and 0 <= stage <= 3):
+        ctx.add(ERROR, "zero_optimization.stage", f"stage={stage!r}: ZeRO has stages 0, 1, 2 and 3",
+                "set stage to 2 (optimizer states + gradients) or 3 (+ parameters)")
+        ctx.handled.add("zero_optimization.stage")
+    # optimizer params
+    params = _get(cfg, "optimizer.params")
+    if isinstance(params, dict):
+        lr = params.get("lr")
+        if lr is not None and lr != "auto" and not (_is_num(lr) and lr >= 0) and "optimizer.params.lr" not in ctx.handled:
+            ctx.add(ERROR, "optimizer.params.lr", f"lr={lr!r}: must be a number >= 0", "e.g. 2e-5")
+        betas = params.get("betas")
+        if betas is not None and betas != "auto" and not (
+                isinstance(betas, list) and len(betas) == 2 and all(_is_num(b) and 0 <= b < 1 for b in betas)):
+            ctx.add(ERROR, "optimizer.params.betas", f"betas={betas!r}: must be two numbers in [0, 1)",
+                    "e.g. [0.9, 0.95]")
+    # DeepSpeed's own pydantic validation of its sections (skip unknown keys: rule 4; autos: rule 3)
+    for section, model in _pydantic_sections().items():
+        node = _get(cfg, section)
+        if not isinstance(node, dict):
+            continue
+        fields = _model_keys(model)
+        data = {k: v for k, v in node.items()
+                if k in fields and v != "auto" and f"{section}.{k}" not in ctx.handled
+                and f"{section}.{k}" not in _pydantic_sections()}
+        try:
+            model(**data)
+        except Exception as exc:  # pydantic.ValidationError or DeepSpeed's own assertions
+            errors = exc.errors() if hasattr(exc, "errors") else [{"loc": (), "msg": str(exc)}]
+            for err in errors:
+                loc = ".".join(str(x) for x in err.get("loc", ()))
+                path = f"{section}.{loc}" if loc else section
+                if err.get("type") == "extra_forbidden" or path in ctx.handled:
+                    continue
+                got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+                ctx.add(ERROR, path, f"DeepSpeed rejects it: {err.get('msg')}{got}",
+                        "fix the value's type or range (https://www.deepspeed.ai/docs/config-json/)")
+                ctx.handled.add(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+# ----------------------------------------------------------------------------------------------
+
+def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
+         model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True) -> LintReport:
+    """Check a DeepSpeed config (dict, JSON file path) before launch; never raises on bad configs.
+
+    Args:
+        config_or_path: the config dict, or a path to a JSON file.
+        world_size: data-parallel world size (GPUs over all machines); default ``plan.world_size``.
+        mode: ``deepspeed`` (plain ``deepspeed.initialize``), ``accelerate`` or ``trainer``: decides
+            which ``"auto"`` values are filled (rule 3).
+        gpu: GPU name (``"RTX 4090"``) for the precision checks (rule 5).
+        model: model name (:func:`cookbook.models.model_spec`) for bucket-size hints and buffer checks.
+        plan: the intended run; fills micro batch / accumulation missing from the config, and its
+            ``host_memory_gib`` drives the ``pin_memory`` check.
+        will_save_hf_model: an HF model will be saved (``save_pretrained``), and the model is an HF
+            transformers model (rules 6 and 8).
+
+    Returns:
+        :class:`LintReport` (errors first). A missing or unparseable file gives ``readable=False``
+        and a ``(file)`` finding; when the parse causes can be repaired, the rest of the rules run on
+        the repaired config too.
+
+    Raises:
+        ValueError: ``mode`` or ``world_size`` itself is invalid (a caller error, not a config problem).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: use one of {', '.join(MODES)}")
+    if world_size is not None and (not _is_int(world_size) or world_size < 1):
+        raise ValueError(f"world_size={world_size!r}: must be a positive integer (GPUs over all machines)")
+    if plan is not None and not isinstance(plan, Plan):
+        raise ValueError(f"plan={plan!r}: pass a cookbook.plan.Plan or None")
+    if world_size is None and plan is not None:
+        world_size = plan.world_size
+    source = None
+    pre: list[Finding] = []
+    readable = True
+    if isinstance(config_or_path, (str, os.PathLike)):
+        source = str(config_or_path)
+        try:
+            cfg = load_config(config_or_path)
+        except LintParseError as exc:
+            pre.append(exc.finding)
+            readable = False
+            if exc.repaired is None:
+                return LintReport(pre, source=source, readable=False)
+            cfg = exc.repaired
+            pre.append(Finding(WARNING, "(file)", "the findings below come from the config after repairing the "
+                               "parse errors named above", "fix the parse errors, then lint again"))
+    else:
+        cfg = config_or_path
+    if not isinstance(cfg, dict):
+        pre.append(Finding(ERROR, "(top level)", f"the config is a {type(cfg).__name__}, not a JSON object",
+                           'a DeepSpeed config is one object: {"train_micro_batch_size_per_gpu": 1, ...}'))
+        return LintReport(pre, source=source, readable=readable)
+    ctx = _Ctx(cfg, world_size, mode, gpu, model, plan, will_save_hf_model)
+    if (model or (plan and plan.model)) and ctx.spec is None:
+        ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
+                "pass a shipped name (qwen-14b, llama-7b, ...) or a folder with config.json")
+    for rule in (_rule_types, _rule_auto, _rule_batch, _rule_keys, _rule_precision,
+                 _rule_activation_checkpointing, _rule_offload, _rule_save):
+        try:
+            rule(ctx)
+        except Exception as exc:  # noqa: BLE001 — a linter must not crash on odd input
+            ctx.add(WARNING, "(linter)", f"check {rule.__name__[6:]} could not run on this config: "
+                    f"{type(exc).__name__}: {exc}", "fix the errors above and lint again")
+    return LintReport(pre + ctx.findings, source=source, readable=readable)
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+
+def _run(args) -> int:
+    plan = None
+    if args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
+        if args.host_memory_gib is not None and not args.model:
+            print("error: --host-memory-gib needs --model (the host-RAM estimate depends on the model)",
+                  file=sys.stderr)
+            return 2
+        fields = {"num_gpus": args.world_size}
+        for name in ("micro_batch", "grad_accum", "host_memory_gib", "model"):
+            if getattr(args, name) is not None:
+                fields[name] = getattr(args, name)
+        try:
+            plan = Plan(**fields)
+        except PlanError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    try:
+        report = lint(args.config, world_size=args.world_size, mode=args.mode, gpu=args.gpu, model=args.model,
+                      plan=plan, will_save_hf_model=not args.no_save)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"{report.source}: {report}")
+    return report.exit_code
+
+
+def register(subparsers) -> None:
+    """Add ``cookbook lint CONFIG.json --world-size N [--mode M] [--gpu NAME] [--model NAME] [--json]``."""
+    p = subparsers.add_parser(
+        "lint", help="check a DeepSpeed config before launch",
+        description="Check a DeepSpeed JSON config. Exit 0: no errors; 1: errors found; 2: unreadable file.")
+    p.add_argument("config", help="DeepSpeed JSON config file")
+    p.add_argument("--world-size", type=int, required=True, help="GPUs over all machines (data-parallel world size)")
+    p.add_argument("--mode", choices=MODES, default="deepspeed",
+                   help="who reads the config: plain deepspeed.initialize, accelerate launch, or the HF Trainer")
+    p.add_argument("--gpu", default=None, help="GPU name, e.g. 'RTX 4090' (bf16 check)")
+    p.add_argument("--model", default=None, help="model (qwen-14b, llama-7b, ...) for bucket-size and buffer checks")
+    p.add_argument("--micro-batch", type=int, default=None, help="intended micro batch per GPU (if the config omits it)")
+    p.add_argument("--grad-accum", type=int, default=None, help="intended gradient accumulation steps")
+    p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM per machine in GiB (pin_memory check)")
+    p.add_argument("--no-save", action="store_true", help="no Hugging Face model will be saved (skip rules 6 and 8)")
+    p.add_argument("--json", action="store_true", help='print {"errors": [...], "warnings": [...]}')
+    p.set_defaults(func=_run)
+
+
+__all__ = ["Finding", "LintReport", "LintParseError", "MODES", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
+           "known_keys", "lint", "load_config", "register"]
