@@ -86,9 +86,9 @@ KNOWN_NCCL_VARS = (
 )
 #: Prefixes / names of environment variables recorded in the facts.
 _ENV_PREFIXES = ("NCCL", "CUDA_", "DS_", "ACCELERATE_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "HF_",
-                 "HUGGING_FACE_", "TRANSFORMERS_", "NVIDIA_", "CCL_", "MASTER_", "WANDB_", "KMP_")
+                 "HUGGING_FACE_", "TRANSFORMERS_", "CCL_", "MASTER_", "WANDB_", "KMP_")
 _ENV_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LD_LIBRARY_PATH", "CFLAGS",
-              "LDFLAGS", "CXX", "CC", "TOKENIZERS_PARALLELISM", "PATH_TO_NVCC")
+              "LDFLAGS", "CXX", "CC", "TOKENIZERS_PARALLELISM", "NVIDIA_VISIBLE_DEVICES")
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 SECRET_MASK = "<set>"
 
@@ -773,6 +773,13 @@ def accelerate_p2p_unsupported(facts: dict) -> bool | None:
     parses (``packaging.version``) below ``550.40.07``. Any error there makes Accelerate assume
     support, so unknown facts give ``None`` here (unknown) rather than a verdict.
 
+    What Accelerate then does (same version): ``accelerate launch`` (``commands/launch.py::
+    multi_gpu_launcher`` and ``deepspeed_launcher``) sets ``NCCL_P2P_DISABLE=1`` and
+    ``NCCL_IB_DISABLE=1`` for the children when they are absent, with a warning; any other start
+    (torchrun, ``deepspeed``, ``python train.py``, a notebook) reaches ``state.py::
+    PartialState.__init__``, which raises ``NotImplementedError`` when the device is CUDA and either
+    variable is *absent* from ``os.environ`` (presence only: a value of ``0`` passes and leaves P2P on).
+
     Returns:
         True when Accelerate will treat P2P/IB as unsupported, False when not, None when unknown.
     """
@@ -945,8 +952,8 @@ def _check_rtx40(facts: dict, plan: Plan | None) -> list[Check]:
             if misspelled:
                 extra = " Set but misspelled (no effect): " + ", ".join(m for m, _ in misspelled) + "."
             checks.append(Check("rtx40_p2p", "fail", value,
-                                base + f" {' and '.join(missing)} not set: AcceleratorState raises NotImplementedError "
-                                "at start (state.py) for any launcher other than `accelerate launch` (torchrun, "
+                                base + f" {' and '.join(missing)} not set: Accelerator() raises NotImplementedError "
+                                "at start (PartialState in accelerate/state.py) for any launcher other than `accelerate launch` (torchrun, "
                                 "deepspeed, python, notebooks), even with one process; `accelerate launch` sets the "
                                 "two variables itself with a warning." + extra, fix))
         elif p2p != "1" or ib != "1":
@@ -1109,6 +1116,8 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     checks = []
     total, avail = facts.get("host_memory_gib"), facts.get("host_available_gib")
     swap = facts.get("swap_gib")
+    if total is None and plan is not None and plan.host_memory_gib:
+        total = float(plan.host_memory_gib)  # the plan's --host-memory-gib when the facts do not say
     if plan is None:
         checks.append(Check("host_memory", "ok" if total else "warn",
                             f"{total:.1f} GiB RAM" if total else "unknown",

@@ -352,3 +352,16 @@ def test_live_check_on_this_cpu_machine(monkeypatch, tmp_path, capsys):
     again = env.check(None, facts_live)
     assert {c.name: c.status for c in again.checks} == statuses
     assert elapsed < 30
+
+
+def test_recorded_h200x2_facts_reproduce_their_verdicts():
+    """Facts gathered live on the lent 2× H200 box (all-reduce measured there) give the same verdicts here."""
+    f = facts("h200x2_recorded")
+    assert f["allreduce"]["p2p_on"]["correct"] and f["allreduce"]["p2p_off"]["correct"]
+    r = env.check(None, f)
+    got = {c.name: c.status for c in r.checks}
+    assert got["deepspeed"] == "fail"  # not installed on that image
+    assert got["rtx40_p2p"] == "ok" and got["peer_access"] == "ok" and got["cuda_toolkit"] == "ok"
+    assert got["allreduce"] == "ok" and "P2P on" in r["allreduce"].reason
+    assert r.recommended_env == {}
+    assert [c.name for c in r.failed] == ["deepspeed"]
