@@ -1255,13 +1255,12 @@ def env_block(env: dict[str, str], facts: dict | None = None) -> str:
 def _check_recommended(facts: dict, rec: dict[str, str]) -> Check:
     env = facts.get("env") or {}
     missing = {k: v for k, v in rec.items() if env.get(k) != v}
-    block = env_block(rec, facts)
     if not rec:
         return Check("recommended_env", "ok", "nothing to set", "no variable needed for this machine and plan")
     if missing:
         return Check("recommended_env", "warn", ", ".join(f"{k}={v}" for k, v in missing.items()),
                      "not set in this environment yet (`cookbook.launch` sets them for its child processes)",
-                     block.replace("\n", "; "))
+                     "; ".join(f"export {k}={v}" for k, v in missing.items()) + " (or paste the block below)")
     return Check("recommended_env", "ok", ", ".join(f"{k}={v}" for k, v in rec.items()), "already set")
 
 

@@ -304,6 +304,8 @@ def test_plan_from_ds_config(tmp_path):
     r = env.check(Plan(model="qwen-14b", num_gpus=8), facts("host256_8xrtx4090"), config=str(path))
     assert r.plan == p
     assert r["host_memory"].status == "fail"
+    assert cli_main(["env", "--facts", str(FACTS / "host256_8xrtx4090.json"), "--config", str(path),
+                     "--world-size", "8", "--model", "qwen-14b"]) == 1
     with pytest.raises(PlanError, match="cannot read"):
         env.plan_from_ds_config(tmp_path / "missing.json", model="qwen-14b", world_size=8)
 
