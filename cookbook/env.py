@@ -20,7 +20,6 @@ as ``"<set>"`` — never their values — in the facts, the report and its JSON.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import ctypes.util
 import difflib
@@ -38,7 +37,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .plan import Plan, PlanError, add_plan_arguments, plan_from_args

@@ -2,7 +2,6 @@
 reference, and one live run on this CPU machine."""
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
