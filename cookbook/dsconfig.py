@@ -21,8 +21,10 @@ Sources for every key and default:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -447,7 +449,42 @@ def diff(a: dict, b: dict) -> ConfigDiff:
 # CLI
 # ----------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send file descriptor 1 to stderr for a while: DeepSpeed's logger prints to stdout on import,
+    which would corrupt JSON that a CLI prints there (``cookbook config > ds.json``)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _run(args) -> int:
+    with stdout_to_stderr():
+        result = _build_for_cli(args)
+    if isinstance(result, int):
+        return result
+    plan, cfg = result
+    text = json.dumps(cfg, indent=2) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    batch = (f"train_batch_size {plan.global_batch} = micro {plan.micro_batch} × accum {plan.grad_accum} × "
+             f"world {plan.world_size}") if args.target != "trainer" else "batch sizes 'auto' (Trainer fills them)"
+    where = f" -> {args.output}" if args.output else ""
+    print(f"{args.preset}: {plan.label}, {plan.precision}, {plan.model}, {batch}, target {args.target}{where}",
+          file=sys.stderr)
+    return 0
+
+
+def _build_for_cli(args):
     from .models import ModelNotFoundError
     fields = {"num_gpus": args.gpus, "micro_batch": args.micro_batch, "grad_accum": args.grad_accum}
     if args.model:
@@ -463,18 +500,7 @@ def _run(args) -> int:
     except (ConfigError, PlanError, ModelNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = json.dumps(cfg, indent=2) + "\n"
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
-    batch = (f"train_batch_size {plan.global_batch} = micro {plan.micro_batch} × accum {plan.grad_accum} × "
-             f"world {plan.world_size}") if args.target != "trainer" else "batch sizes 'auto' (Trainer fills them)"
-    where = f" -> {args.output}" if args.output else ""
-    print(f"{args.preset}: {plan.label}, {plan.precision}, {plan.model}, {batch}, target {args.target}{where}",
-          file=sys.stderr)
-    return 0
+    return plan, cfg
 
 
 def register(subparsers) -> None:

@@ -1075,14 +1075,16 @@ def _run(args) -> int:
         except PlanError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    from .dsconfig import stdout_to_stderr
     try:
-        report = lint(args.config, world_size=args.world_size, mode=args.mode, gpu=args.gpu, model=args.model,
-                      plan=plan, will_save_hf_model=not args.no_save)
+        with stdout_to_stderr():
+            report = lint(args.config, world_size=args.world_size, mode=args.mode, gpu=args.gpu, model=args.model,
+                          plan=plan, will_save_hf_model=not args.no_save)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print(f"{report.source}: {report}")
     return report.exit_code
