@@ -720,7 +720,8 @@ def calculator(model: str = "qwen-14b", **plan_fields):
     sequence length, checkpointing; redraws the breakdown chart and the verdicts on every change.
 
     Returns:
-        an ``ipywidgets.VBox`` (display it in a notebook).
+        an ``ipywidgets.VBox`` (display it in a notebook); ``.controls`` holds the input widgets by
+        name and ``.result`` the latest :class:`SweepResult`.
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
@@ -760,20 +761,25 @@ def calculator(model: str = "qwen-14b", **plan_fields):
             except Exception as exc:  # noqa: BLE001 - shown to the user, widget keeps working
                 print(f"error: {exc}")
                 return
+            box.result = result
             fig = plot_breakdown(result)
-            plt.show(fig)
+            from IPython.display import display
+            display(fig)
             plt.close(fig)
             for e in result:
                 print(e.verdict)
                 for r in e.reasons:
                     print("   ", r)
 
+    box = w.VBox([w.HBox([ctl["model"], ctl["num_gpus"], ctl["gpu_memory_gib"], ctl["host_memory_gib"]]),
+                  w.HBox([ctl["variant"], ctl["micro_batch"], ctl["seq_len"]]),
+                  w.HBox([ctl["gradient_checkpointing"], ctl["bf16_states"]]), out])
+    box.controls = ctl  # the input widgets, by plan field name
+    box.result = None   # the latest SweepResult
     for c in ctl.values():
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([ctl["model"], ctl["num_gpus"], ctl["gpu_memory_gib"], ctl["host_memory_gib"]]),
-                   w.HBox([ctl["variant"], ctl["micro_batch"], ctl["seq_len"]]),
-                   w.HBox([ctl["gradient_checkpointing"], ctl["bf16_states"]]), out])
+    return box
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,359 @@
+"""Tests of the memory estimator (cookbook/memory.py).
+
+Values are computed independently: by hand for a tiny model, by DeepSpeed's own estimator functions
+(``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs``), and against
+measured peaks in ``data/calibration/*.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cookbook import memory
+from cookbook.memory import GIB, EstimateError, compare, estimate, estimate_host_rss_cpu_run, sweep
+from cookbook.models import ModelSpec, model_spec
+from cookbook.plan import VARIANTS, Plan
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: Tolerances against measurement (estimate − measured) / measured, stated once here.
+GPU_ALLOCATED_TOLERANCE = 0.20  # peak torch.cuda.max_memory_allocated
+HOST_RSS_TOLERANCE = 0.20       # peak host RSS summed over the machine's ranks
+
+
+# ------------------------------------------------------------------------------------------
+# hand-computed tiny model
+
+def test_tiny_model_by_hand():
+    # tiny-qwen2: N = 354,880 parameters, largest module 2048 × 64 = 131,072 (embedding / lm_head),
+    # h = 64, 2 layers, 4 heads, vocabulary 2048.
+    N = 354_880
+    plan = Plan(model="tiny-qwen2", num_gpus=2, zero_stage=2, micro_batch=2, seq_len=512,
+                gradient_checkpointing=True)
+    e = estimate(plan)
+    assert e.params == N and e.largest_layer_params == 131_072
+    b = {k: v * GIB for k, v in e.gpu_gib.items()}
+    assert b["params_16bit"] == pytest.approx(709_760)      # 2 B × N, replicated in stage 2
+    assert b["grads_16bit"] == pytest.approx(354_880)       # 2 B × N / 2 ranks
+    assert b["master_fp32"] == pytest.approx(709_760)       # 4 B × N / 2
+    assert b["adam_states"] == pytest.approx(1_419_520)     # 8 B × N / 2
+    assert b["grads_fp32"] == pytest.approx(709_760)        # 4 B × N / 2
+    assert b["largest_layer"] == 0
+    # activations: checkpoints 2 layers × 2 B × s·b·h = 2 × 2 × 512 × 2 × 64 = 262,144
+    #   + one layer recomputed 34 × 512 × 2 × 64 = 2,228,224; logits 2 × 512 × 2048 × (2 + 4) = 12,582,912
+    assert b["activations"] == pytest.approx(262_144 + 2_228_224 + 12_582_912)
+    # one reduce bucket (overlap_comm off by default in stage 2) and one all-gather bucket, each
+    # min(5e8, N) elements × 2 B
+    assert b["comm_buckets"] == pytest.approx(2 * 709_760)
+    tensors = (709_760 + 354_880 + 709_760 + 1_419_520 + 709_760 + 262_144 + 2_228_224 + 12_582_912 + 2 * 709_760)
+    assert b["allocator_overhead"] == pytest.approx(0.25 * tensors)
+    assert e.gpu_gib["cuda_context"] == pytest.approx(0.75)
+    assert e.gpu_gib["total"] == pytest.approx(1.25 * tensors / GIB + 0.75)
+    # host: each of 2 ranks holds the fp32 model while loading (4 B × N × 2), × 1.5, + 2 runtimes
+    assert e.host_gib["model_load"] * GIB == pytest.approx(4 * N * 2)
+    assert e.host_gib["buffer_factor"] * GIB == pytest.approx(0.5 * 4 * N * 2)
+    assert e.host_gib["runtime"] == pytest.approx(2 * (memory.RUNTIME_BASELINE_GIB + memory.CUDA_HOST_RUNTIME_GIB))
+    assert e.fits_gpu is True and e.fits_host is None
+
+
+def test_activation_formula_without_checkpointing_and_eager_attention():
+    spec = model_spec("tiny-llama")
+    plan = Plan(model="tiny-llama", micro_batch=1, seq_len=256, gradient_checkpointing=False)
+    # Korthikanti et al.: s·b·h·(34 + 5·a·s/h) per layer = 256 × 64 × (34 + 5 × 4 × 256 / 64) = 256 × 64 × 114
+    act = memory.activation_bytes(spec, plan, eager_attention=True)
+    assert act["layers"] == pytest.approx(2 * 256 * 64 * 114)
+    assert act["logits"] == pytest.approx(256 * 2048 * 6)
+    assert memory.activation_bytes(spec, plan)["layers"] == pytest.approx(2 * 256 * 64 * 34)
+
+
+def test_bf16_states_halve_host_states():
+    plan = Plan(model="llama-7b", zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    full, half = estimate(plan), estimate(plan, bf16_states=True)
+    N = full.params
+    assert full.host_model_states_no_factor_gib * GIB == pytest.approx(18 * N)
+    assert half.host_model_states_no_factor_gib * GIB == pytest.approx(10 * N)  # 2 + 2 + 2 + 4
+    with pytest.raises(EstimateError, match="bf16_states"):
+        estimate(plan.replace(precision="fp16"), bf16_states=True)
+
+
+# ------------------------------------------------------------------------------------------
+# agreement with DeepSpeed's estimators
+
+@pytest.mark.parametrize("model", ["qwen-14b", "llama-7b", "tiny-qwen2"])
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_model_states_equal_deepspeed_estimators(model, gpus):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+    spec = model_spec(model)
+    N, L = spec.num_params, spec.largest_layer_params
+    base = Plan(model=model, num_gpus=gpus)
+    for offload in (False, True):
+        e = estimate(base.replace(zero_stage=2, offload_optimizer="cpu" if offload else "none"))
+        cpu, gpu = estimate_zero2_model_states_mem_needs(N, num_gpus_per_node=gpus, cpu_offload=offload)
+        assert e.gpu_model_states_gib * GIB == pytest.approx(gpu, rel=1e-9, abs=1)
+        assert e.host_model_states_gib * GIB == pytest.approx(cpu, rel=1e-9)
+    for opt, par in (("none", "none"), ("cpu", "none"), ("cpu", "cpu")):
+        e = estimate(base.replace(zero_stage=3, offload_optimizer=opt, offload_param=par))
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
+            N, L, num_gpus_per_node=gpus, cpu_offload=opt == "cpu", cpu_offload_params=par == "cpu", zero_init=True)
+        assert e.gpu_model_states_gib * GIB == pytest.approx(gpu, rel=1e-9, abs=1)
+        assert e.host_model_states_gib * GIB == pytest.approx(cpu, rel=1e-9)
+
+
+def test_defaults_equal_deepspeed_config_defaults():
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
+    z = DeepSpeedZeroConfig()
+    d = memory.DS_DEFAULTS
+    assert d["reduce_bucket_size"] == z.reduce_bucket_size
+    assert d["allgather_bucket_size"] == z.allgather_bucket_size
+    assert d["stage3_prefetch_bucket_size"] == z.prefetch_bucket_size
+    assert d["stage3_max_live_parameters"] == z.max_live_parameters
+    assert d["sub_group_size"] == z.sub_group_size
+    assert d["offload_param_buffer_count"] == DeepSpeedZeroOffloadParamConfig().buffer_count
+    assert d["offload_param_buffer_size"] == DeepSpeedZeroOffloadParamConfig().buffer_size
+    assert d["offload_optimizer_buffer_count"] == DeepSpeedZeroOffloadOptimizerConfig().buffer_count
+    assert DeepSpeedZeroConfig(stage=3).overlap_comm is True and DeepSpeedZeroConfig(stage=2).overlap_comm is False
+
+
+def test_ds_config_bucket_sizes_are_read():
+    plan = Plan(model="qwen-14b", num_gpus=8, zero_stage=3, offload_optimizer="cpu")
+    cfg = {"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_max_live_parameters": 10**8, "overlap_comm": True}}
+    e = estimate(plan, ds_config=cfg)
+    h = 5120
+    assert e.gpu_gib["comm_buckets"] * GIB == pytest.approx(h * h * 2)
+    assert e.gpu_gib["prefetch_buffers"] * GIB == pytest.approx((int(0.9 * h * h) + 10**8) * 2)
+    with pytest.raises(EstimateError, match="reduce_bucket_size"):
+        estimate(plan, ds_config={"zero_optimization": {"reduce_bucket_size": "big"}})
+
+
+# ------------------------------------------------------------------------------------------
+# the known answers of the issue
+
+def test_parameter_counts():
+    assert model_spec("qwen-14b").num_params == 14_167_290_880
+    assert model_spec("llama-7b").num_params == 6_738_415_616
+
+
+def test_qwen14b_zero2_does_not_fit_whatever_the_batch():
+    for micro in (1, 8):
+        e = estimate(Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24, zero_stage=2, micro_batch=micro))
+        assert e.gpu_gib["params_16bit"] == pytest.approx(26.39, abs=0.01)
+        assert e.fits_gpu is False
+        assert "16-bit parameters alone are 26.4 GiB" in e.reasons[0] and "whatever the batch size" in e.reasons[0]
+
+
+def test_qwen14b_zero3_no_offload_does_not_fit():
+    e = estimate(Plan(model="qwen-14b", num_gpus=8, zero_stage=3))
+    assert e.gpu_model_states_gib == pytest.approx(32.6, abs=0.05)
+    assert e.fits_gpu is False
+
+
+def test_qwen14b_zero3_cpu_optimizer_offload():
+    e = estimate(Plan(model="qwen-14b", num_gpus=8, zero_stage=3, offload_optimizer="cpu", host_memory_gib=256))
+    assert e.gpu_model_states_gib == pytest.approx(6.2, abs=0.05)
+    assert e.fits_gpu is True
+    assert e.host_model_states_no_factor_gib == pytest.approx(211, abs=0.5)
+    assert e.host_model_states_gib == pytest.approx(317, abs=0.5)
+    assert e.fits_host is False  # 256 GiB of RAM is not enough
+    assert estimate(e.plan.replace(host_memory_gib=512)).fits_host is True
+
+
+def test_llama7b_one_gpu_full_offload():
+    e = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
+                      host_memory_gib=64))
+    assert e.fits_gpu is True
+    assert e.host_model_states_no_factor_gib == pytest.approx(113, abs=0.5)
+    assert e.host_model_states_gib == pytest.approx(169, abs=0.5)
+    assert e.fits_host is False  # the LLaMA article's 48/64 GB host cannot hold it
+    assert "does not fit" in e.reasons[-1]
+
+
+# ------------------------------------------------------------------------------------------
+# calibration: estimate beside measurement
+
+def _calibration_cases():
+    cases = []
+    for f in sorted((REPO / "data" / "calibration").glob("*.json")):
+        data = json.loads(f.read_text())
+        for p in data["points"]:
+            cases.append(pytest.param(data, p, id=p["name"]))
+    return cases
+
+
+def _spec(data, name):
+    if name in data:
+        return ModelSpec(name=name, path="", source="calibration", has_weights=False, tie_word_embeddings=False,
+                         model_type="llama", **data[name])
+    return model_spec(name)
+
+
+@pytest.mark.parametrize("data,point", _calibration_cases())
+def test_calibration_points(data, point):
+    e = estimate(Plan(**point["plan"]), bf16_states=point["bf16_states"], spec=_spec(data, point["spec"]),
+                 device=point["device"])
+    if point["ran"]:
+        assert e.fits_gpu and e.fits_host is not False, e.verdict
+    else:
+        assert (e.fits_gpu if point["failure"] == "gpu" else e.fits_host) is False, e.verdict
+    table = compare(e, point["measured"]).set_index("quantity")
+    m = point["measured"]
+    if m.get("peak_gpu_allocated_gib"):
+        err = table.loc["GPU allocated (peak)", "error %"] / 100
+        assert abs(err) <= GPU_ALLOCATED_TOLERANCE, table
+    if m.get("host_peak_gib"):
+        err = table.loc["host RSS (peak)", "error %"] / 100
+        assert abs(err) <= HOST_RSS_TOLERANCE, table
+
+
+def test_compare_table():
+    e = estimate(Plan(model="tiny-qwen2", num_gpus=2), device="cpu")
+    t = compare(e, {"peak_gpu_allocated_gib": None, "host_peak_gib": 1.0})
+    assert list(t.columns) == ["quantity", "estimate GiB", "measured GiB", "error %"]
+    assert list(t["quantity"]) == ["GPU allocated (peak)", "GPU reserved (peak)", "host RSS (peak)"]
+    host = t.set_index("quantity").loc["host RSS (peak)"]
+    assert host["estimate GiB"] == pytest.approx(e.host_gib["total"], abs=1e-3)
+    assert host["error %"] == pytest.approx(round(100 * (e.host_gib["total"] - 1.0), 1))
+    # dict form (as recorded in a run summary) gives the same table
+    assert compare(e.to_dict(), {"host_peak_gib": 1.0}).equals(compare(e, {"host_peak_gib": 1.0}))
+    g = compare(estimate(Plan(model="tiny-qwen2")), {"peak_gpu_allocated_gib": 0.5}).set_index("quantity")
+    assert g.loc["GPU allocated (peak)", "measured GiB"] == 0.5
+
+
+def test_cpu_rehearsal_estimate():
+    plan = Plan(model="tiny-qwen2", num_gpus=2, micro_batch=2, seq_len=512)
+    e = estimate(plan, device="cpu")
+    assert e.gpu_gib["total"] == 0 and e.host_gib["ranks_on_cpu"] > 0
+    assert e.host_gib["runtime"] == pytest.approx(2 * memory.RUNTIME_BASELINE_GIB)
+    assert estimate_host_rss_cpu_run(plan) == pytest.approx(e.host_gib["total"])
+
+
+# ------------------------------------------------------------------------------------------
+# API shape, rendering, CLI, figures
+
+def test_to_dict_json_shape_and_frame():
+    e = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="cpu", offload_param="cpu"))
+    d = json.loads(e.to_json())
+    assert isinstance(d["params"], int) and d["params"] == 6_738_415_616
+    assert isinstance(d["gpu_gib"]["total"], float) and isinstance(d["host_gib"]["total"], float)
+    assert isinstance(d["fits_gpu"], bool) and d["fits_host"] is None
+    assert d["plan"]["model"] == "llama-7b"
+    assert sum(v for k, v in d["gpu_gib"].items() if k != "total") == pytest.approx(d["gpu_gib"]["total"], abs=1e-3)
+    frame = e.to_frame()
+    assert set(frame["where"]) == {"GPU", "host"} and "<table" in e._repr_html_()
+    assert "ZeRO-3 + opt→cpu + param→cpu" in e.verdict
+
+
+def test_sweep_rows_and_verdicts():
+    result = sweep(Plan(model="qwen-14b", num_gpus=8, host_memory_gib=512))
+    frame = result.to_frame()
+    assert len(frame) == len(VARIANTS)
+    fits = dict(zip(frame["variant"], frame["fits GPU"]))
+    assert fits["ZeRO-2"] is False and fits["ZeRO-3"] is False and fits["ZeRO-3 + opt→cpu"] is True
+    assert "<table" in result._repr_html_()
+
+
+def test_fast_after_spec_is_cached():
+    plan = Plan(model="qwen-14b", num_gpus=8, zero_stage=3)
+    estimate(plan)
+    t = time.perf_counter()
+    sweep(plan)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_bad_input_errors():
+    with pytest.raises(EstimateError, match="device="):
+        estimate(Plan(), device="tpu")
+    with pytest.raises(EstimateError, match="plan="):
+        estimate({"model": "tiny-qwen2"})
+    with pytest.raises(EstimateError, match="estimate="):
+        compare(42, {})
+
+
+def test_cli_json(capsys):
+    from cookbook.cli import main
+    rc = main(["estimate", "qwen-14b", "--gpus", "8", "--gpu-memory-gib", "24", "--zero-stage", "3",
+               "--offload-optimizer", "cpu", "--micro-batch", "1", "--seq-len", "1024", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["params"] == 14_167_290_880 and d["fits_gpu"] is True and d["fits_host"] is None
+    assert d["host_model_states_gib"] == pytest.approx(316.66, abs=0.01)
+
+
+def test_cli_sweep_and_errors(capsys):
+    from cookbook.cli import main
+    assert main(["estimate", "llama-7b", "--gpus", "1", "--sweep", "--host-memory-gib", "125"]) == 0
+    out = capsys.readouterr().out
+    assert "ZeRO-3 + opt→cpu + param→cpu" in out and "fits GPU" in out
+    assert main(["estimate", "no-such-model", "--gpus", "1"]) == 2
+    assert "no-such-model" in capsys.readouterr().err
+    assert main(["estimate", "tiny-qwen2", "--zero-stage", "2", "--offload-param", "cpu"]) == 2
+
+
+def test_plot_and_calculator():
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    result = sweep(Plan(model="llama-7b", host_memory_gib=125))
+    fig = memory.plot_breakdown(result)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert any(line.get_ydata()[0] == 24 for line in ax.get_lines())  # the GPU memory line
+    assert len(ax.get_xticklabels()) == len(VARIANTS)
+    host_fig = memory.plot_breakdown(list(result), where="host")
+    assert isinstance(host_fig, Figure)
+    widget = memory.calculator("qwen-14b", num_gpus=8)
+    import ipywidgets
+    assert isinstance(widget, ipywidgets.VBox)
+    assert len(widget.result) == len(VARIANTS) and widget.result[0].plan.num_gpus == 8
+    widget.controls["variant"].value = (3, "cpu", "none")  # the user picks one variant: redrawn
+    assert len(widget.result) == 1 and widget.result[0].fits_gpu is True
+    widget.controls["num_gpus"].value = 1
+    assert widget.result[0].plan.num_gpus == 1 and widget.result[0].fits_gpu is False
+
+
+# ------------------------------------------------------------------------------------------
+# a real CPU run (slow): host RSS of a 2-rank tiny-model DeepSpeed run against the estimate
+
+RUN_SCRIPT = r'''
+import os, resource, socket, sys
+import torch.multiprocessing as mp
+def worker(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", DS_ACCELERATOR="cpu")
+    import torch, deepspeed
+    from transformers import AutoConfig, AutoModelForCausalLM
+    deepspeed.init_distributed(dist_backend="gloo")
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]))
+    m.gradient_checkpointing_enable()
+    eng, *_ = deepspeed.initialize(model=m, config=cfg, model_parameters=m.parameters())
+    x = torch.randint(0, m.config.vocab_size, (2, 512))
+    for _ in range(2):
+        loss = eng(input_ids=x, labels=x).loss; eng.backward(loss); eng.step()
+    open(f"{out}/rank{rank}", "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30))
+if __name__ == "__main__":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = str(s.getsockname()[1]); s.close()
+    mp.spawn(worker, args=(port, sys.argv[2]), nprocs=2)
+'''
+
+
+@pytest.mark.slow
+def test_cpu_run_host_rss_against_estimate(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    env = dict(os.environ, DS_ACCELERATOR="cpu")
+    subprocess.run([sys.executable, str(script), str(REPO / "data/models/tiny-qwen2"), str(tmp_path)], check=True,
+                   env=env, timeout=900, capture_output=True)
+    measured = sum(float((tmp_path / f"rank{r}").read_text()) for r in range(2))
+    plan = Plan(model="tiny-qwen2", num_gpus=2, micro_batch=2, seq_len=512, zero_stage=2)
+    table = compare(estimate(plan, device="cpu"), {"host_peak_gib": measured}).set_index("quantity")
+    assert abs(table.loc["host RSS (peak)", "error %"]) <= 100 * HOST_RSS_TOLERANCE, table
