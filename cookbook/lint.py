@@ -908,6 +908,12 @@ def _rule_save(ctx: _Ctx) -> None:
             "weights afterwards with the checkpoint's zero_to_fp32.py)")
 
 
+_SECTION_EXAMPLES = {
+    "fp16": '{"enabled": true, "loss_scale": 0}', "bf16": '{"enabled": true}', "bfloat16": '{"enabled": true}',
+    "zero_optimization.offload_param": '{"device": "cpu", "pin_memory": true}',
+    "zero_optimization.offload_optimizer": '{"device": "cpu", "pin_memory": true}',
+}
+
 _NUMBER_TOP = {"train_batch_size": "a positive integer", "train_micro_batch_size_per_gpu": "a positive integer",
                "gradient_accumulation_steps": "a positive integer", "steps_per_print": "a positive integer",
                "gradient_clipping": "a number >= 0"}
@@ -945,7 +951,8 @@ def _rule_types(ctx: _Ctx) -> None:
         ctx.add(ERROR, "zero_optimization", f"zero_optimization is a {type(zero).__name__}, not an object",
                 'write it as {"stage": 2, ...}')
     stage = zero.get("stage") if isinstance(zero, dict) else None
-    if isinstance(zero, dict) and "stage" in zero and stage != "auto" and not (_is_int(stage) and 0 <= stage <= 3):
+    if (isinstance(zero, dict) and "stage" in zero and stage != "auto" and not (_is_int(stage) and 0 <= stage <= 3)
+            and "zero_optimization.stage" not in ctx.handled):
         ctx.add(ERROR, "zero_optimization.stage", f"stage={stage!r}: ZeRO has stages 0, 1, 2 and 3",
                 "set stage to 2 (optimizer states + gradients) or 3 (+ parameters)")
         ctx.handled.add("zero_optimization.stage")
@@ -963,6 +970,10 @@ def _rule_types(ctx: _Ctx) -> None:
     # DeepSpeed's own pydantic validation of its sections (skip unknown keys: rule 4; autos: rule 3)
     for section, model in _pydantic_sections().items():
         node = _get(cfg, section)
+        if node is not None and node != "auto" and not isinstance(node, dict) and section != "zero_optimization":
+            ctx.add(ERROR, section, f"{section} is {json.dumps(node)}, but DeepSpeed expects an object here",
+                    f"write it as an object, e.g. {_SECTION_EXAMPLES.get(section, '{...}')}")
+            ctx.handled.add(section)
         if not isinstance(node, dict):
             continue
         fields = _model_keys(model)

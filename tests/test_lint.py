@@ -1,0 +1,380 @@
+"""Tests for cookbook.lint: each rule fires on a small bad config, stays quiet on the generated
+presets, and the configs typed out from the three source articles get the right findings."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+from cookbook import cli  # noqa: E402
+from cookbook.dsconfig import PRESETS, TARGETS, build_config, preset_plan  # noqa: E402
+from cookbook.lint import (Finding, LintParseError, LintReport, gpu_compute_capability, known_keys,  # noqa: E402
+                           lint, load_config)
+from cookbook.plan import Plan  # noqa: E402
+
+SEEDS = Path(__file__).parent / "fixtures" / "seed_configs"
+MB1 = {"train_micro_batch_size_per_gpu": 1}
+
+
+def _find(report, path, severity=None):
+    hits = [f for f in report if f.path == path and (severity is None or f.severity == severity)]
+    assert hits, f"no finding at {path!r}; got {[(f.severity, f.path) for f in report]}"
+    return hits[0]
+
+
+def _write(tmp_path, text, name="ds.json"):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+# ---------------------------------------------------------------- rule 1: reading and parsing
+
+@pytest.mark.parametrize("text,cause,line,col", [
+    ('{\n  "stage": 3,\n}\n', "trailing comma", 2, 13),
+    ("{\n  'stage': 3\n}\n", "single-quoted", 2, 3),
+    ('{\n  "pin_memory": True\n}\n', "Python True", 2, 17),
+    ('{\n  "x": None\n}\n', "Python None", 2, 8),
+    ('{\n  // ZeRO-3\n  "stage": 3\n}\n', "comment", 2, 3),
+])
+def test_parse_error_names_cause_line_and_column(tmp_path, text, cause, line, col):
+    p = _write(tmp_path, text)
+    report = lint(p, world_size=1)
+    assert not report.readable and report.exit_code == 2
+    f = _find(report, "(file)", "error")
+    assert cause in f.message and f"{line}:{col}" in f.message
+    assert str(p.resolve()) in f.message and "line" in f.message and "column" in f.message
+    with pytest.raises(LintParseError):
+        load_config(p)
+
+
+def test_missing_file_names_absolute_path(tmp_path):
+    report = lint(tmp_path / "nope.json", world_size=8)
+    f = _find(report, "(file)", "error")
+    assert "not found" in f.message and str((tmp_path / "nope.json").resolve()) in f.message
+    assert report.exit_code == 2 and len(report) == 1
+
+
+def test_repaired_config_is_still_linted(tmp_path):
+    p = _write(tmp_path, '{"train_batch_size": 16, "gradient_accumulation_steps": 16, "fp16": {"enabled": True},}')
+    report = lint(p, world_size=8)
+    assert report.exit_code == 2
+    assert "128" in _find(report, "train_batch_size", "error").fix
+
+
+def test_non_object_config_is_a_finding(tmp_path):
+    for bad in (None, [], 3, 2.5):
+        report = lint(bad, world_size=8)
+        assert report.exit_code == 1 and report[0].path == "(top level)"
+    report = lint(_write(tmp_path, "[1, 2]"), world_size=8)
+    assert report.exit_code == 1 and "list" in report[0].message
+
+
+def test_duplicate_keys(tmp_path):
+    p = _write(tmp_path, '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "stage": 3}}')
+    _find(lint(p, world_size=1), "zero_optimization.stage", "error")
+
+
+# ---------------------------------------------------------------- rule 2: batch arithmetic
+
+def test_batch_mismatch_states_correct_value():
+    cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    f = _find(lint(cfg, world_size=8), "train_batch_size", "error")
+    assert "2 × accumulation 4 × world size 8 = 64" in f.message and "64" in f.fix
+    assert not lint(dict(cfg, train_batch_size=64), world_size=8).errors
+
+
+def test_batch_micro_missing_cannot_be_derived():
+    f = _find(lint({"train_batch_size": 16, "gradient_accumulation_steps": 16}, world_size=8), "train_batch_size")
+    assert "= 0" in f.message and "128" in f.fix
+
+
+def test_batch_no_size_at_all():
+    _find(lint({"gradient_accumulation_steps": 4}, world_size=2), "train_micro_batch_size_per_gpu", "error")
+    assert not lint({"gradient_accumulation_steps": 4}, world_size=2, mode="accelerate").errors
+
+
+def test_batch_without_world_size_warns():
+    report = lint({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1})
+    assert "world size is unknown" in _find(report, "train_batch_size", "warning").message
+
+
+def test_batch_micro_from_plan():
+    plan = Plan(num_gpus=8, micro_batch=16, grad_accum=1)
+    f = _find(lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan), "train_batch_size", "error")
+    assert "= 128" in f.message
+
+
+# ---------------------------------------------------------------- rule 3: "auto"
+
+AUTO_CFG = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
+            "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}
+
+
+def test_auto_in_deepspeed_mode_lists_every_path():
+    f = _find(lint(AUTO_CFG, world_size=8, model="qwen-14b"), "(config)", "error")
+    for path in ("train_micro_batch_size_per_gpu", "train_batch_size", "optimizer.params.lr",
+                 "optimizer.params.betas", "zero_optimization.reduce_bucket_size"):
+        assert path in f.message
+    assert "26214400" in f.fix
+
+
+def test_auto_in_accelerate_mode_filled_and_left():
+    report = lint(AUTO_CFG, world_size=8, mode="accelerate")
+    left = [f for f in report.errors if "auto" in f.message]
+    assert len(left) == 1 and left[0].path == "optimizer.params.betas"
+    filled = " ".join(f.message for f in report.warnings)
+    assert "zero_optimization.reduce_bucket_size from hidden_size²" in filled
+    assert "train_micro_batch_size_per_gpu from the train DataLoader" in filled
+    assert "optimizer.params.lr only with accelerate.utils.DummyOptim" in filled
+
+
+def test_auto_in_trainer_mode_is_fine():
+    cfg = dict(AUTO_CFG, zero_optimization={"stage": 3, "reduce_bucket_size": "auto",
+                                            "stage3_gather_16bit_weights_on_model_save": True})
+    assert not [f for f in lint(cfg, world_size=8, mode="trainer") if "auto" in f.message]
+    cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_type": "auto"}}
+    _find(lint(cfg, world_size=8, mode="trainer"), "scheduler.params.warmup_type", "error")
+
+
+# ---------------------------------------------------------------- rule 4: unknown / misplaced keys
+
+def test_known_keys_come_from_deepspeed():
+    keys = known_keys()
+    assert {"zero_optimization", "bf16", "fp16", "aio", "train_batch_size", "gradient_clipping"} <= keys[""]
+    assert {"stage3_prefetch_bucket_size", "prefetch_bucket_size", "offload_param"} <= keys["zero_optimization"]
+    assert {"block_size", "queue_depth"} <= keys["aio"]
+    assert "partition_activations" in keys["activation_checkpointing"]
+
+
+def test_misspelled_top_level_key():
+    f = _find(lint(dict(MB1, zero_optimisation={"stage": 3}), world_size=1), "zero_optimisation", "error")
+    assert "silently ignores" in f.message and "zero_optimization" in f.fix
+
+
+def test_aio_inside_zero_optimization():
+    cfg = dict(MB1, zero_optimization={"stage": 3, "aio": {"block_size": 1048576}})
+    f = _find(lint(cfg, world_size=1, will_save_hf_model=False), "zero_optimization.aio", "error")
+    assert "top level" in f.fix
+
+
+def test_misplaced_and_misspelled_nested_keys():
+    cfg = dict(MB1, stage3_max_live_parameters=10**9,
+               zero_optimization={"stage": 2, "reduce_bucket": 5, "offload_optimizer": {"device": "cpu", "pinmemory": True}})
+    report = lint(cfg, world_size=1)
+    assert "zero_optimization" in _find(report, "stage3_max_live_parameters", "error").fix
+    assert "reduce_bucket_size" in _find(report, "zero_optimization.reduce_bucket", "error").fix
+    assert "pin_memory" in _find(report, "zero_optimization.offload_optimizer.pinmemory", "error").fix
+
+
+def test_unknown_key_without_a_guess_is_a_warning():
+    f = _find(lint(dict(MB1, my_custom_note="hi"), world_size=1), "my_custom_note", "warning")
+    assert "ignores" in f.message
+
+
+# ---------------------------------------------------------------- rule 5: precision
+
+def test_fp16_on_bf16_gpu_warns_with_bf16_block():
+    cfg = dict(MB1, fp16={"enabled": True})
+    f = _find(lint(cfg, world_size=1, gpu="NVIDIA GeForce RTX 4090"), "fp16", "warning")
+    assert '"bf16": {"enabled": true}' in f.fix
+    assert not lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")
+    assert gpu_compute_capability("NVIDIA GeForce RTX 4090") == (8, 9)
+    assert gpu_compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
+    assert gpu_compute_capability("Tesla T4") == (7, 5)
+
+
+def test_fp16_keys_under_bf16_are_errors():
+    f = _find(lint(dict(MB1, bf16={"enabled": True, "loss_scale": 0}), world_size=1), "bf16.loss_scale", "error")
+    assert "rejects" in f.message
+    assert not lint(dict(MB1, bf16={"enabled": True}), world_size=1)
+
+
+# ---------------------------------------------------------------- rule 6: activation_checkpointing
+
+def test_activation_checkpointing_with_hf_model():
+    cfg = dict(MB1, activation_checkpointing={"partition_activations": True})
+    f = _find(lint(cfg, world_size=1, model="tiny-llama"), "activation_checkpointing", "warning")
+    assert "model.gradient_checkpointing_enable()" in f.fix
+    assert not lint(cfg, world_size=1, will_save_hf_model=False)
+
+
+# ---------------------------------------------------------------- rule 7: offload
+
+def test_offload_param_below_stage3():
+    cfg = dict(MB1, zero_optimization={"stage": 2, "offload_param": {"device": "cpu"}})
+    assert "stage 3" in _find(lint(cfg, world_size=1), "zero_optimization.offload_param", "error").message
+
+
+def test_nvme_without_path():
+    cfg = dict(MB1, zero_optimization={"stage": 3, "stage3_gather_16bit_weights_on_model_save": True,
+                                       "offload_optimizer": {"device": "nvme"}})
+    _find(lint(cfg, world_size=1), "zero_optimization.offload_optimizer.nvme_path", "error")
+
+
+def test_nvme_param_buffer_too_small():
+    cfg = dict(MB1, zero_optimization={"stage": 3, "stage3_gather_16bit_weights_on_model_save": True,
+                                       "offload_param": {"device": "nvme", "nvme_path": "/n", "buffer_size": 10**8}})
+    # Qwen-14B's embedding: 152064 × 5120 = 778567680 elements on one rank
+    f = _find(lint(cfg, world_size=1, model="qwen-14b"), "zero_optimization.offload_param.buffer_size", "error")
+    assert "778567680" in f.fix
+    assert not lint(cfg, world_size=8, model="qwen-14b")  # 97320960 per rank fits 1e8
+
+
+def test_pin_memory_with_short_host_ram():
+    plan = preset_plan("zero3-offload", model="qwen-14b", num_gpus=8, host_memory_gib=64)
+    cfg = build_config(plan.replace(host_memory_gib=None))  # pin_memory true
+    f = _find(lint(cfg, plan=plan), "zero_optimization", "warning")
+    assert "pin_memory" in f.message and "64 GiB" in f.message
+    assert not lint(cfg, plan=plan.replace(host_memory_gib=2048))
+
+
+# ---------------------------------------------------------------- rule 8: saving under ZeRO-3
+
+def test_zero3_without_gather_on_save():
+    cfg = dict(MB1, zero_optimization={"stage": 3})
+    f = _find(lint(cfg, world_size=1), "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
+    assert "empty placeholder" in f.message
+    assert not lint(cfg, world_size=1, will_save_hf_model=False)
+    acc = dict(MB1, zero_optimization={"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"})
+    assert "defaults to false" in _find(lint(acc, world_size=1, mode="accelerate"),
+                                        "zero_optimization.stage3_gather_16bit_weights_on_model_save").message
+
+
+# ---------------------------------------------------------------- rule 9: types and ranges
+
+def test_wrong_types_and_ranges():
+    cfg = {"train_micro_batch_size_per_gpu": "1", "gradient_clipping": -1,
+           "zero_optimization": {"stage": 4, "reduce_bucket_size": "5e8", "allgather_bucket_size": -5,
+                                 "overlap_comm": "true"}}
+    report = lint(cfg, world_size=1)
+    assert "unquoted" in _find(report, "train_micro_batch_size_per_gpu", "error").fix
+    _find(report, "gradient_clipping", "error")
+    assert "stages 0, 1, 2 and 3" in _find(report, "zero_optimization.stage", "error").message
+    _find(report, "zero_optimization.reduce_bucket_size", "error")
+    assert "DeepSpeed rejects" in _find(report, "zero_optimization.allgather_bucket_size", "error").message
+    _find(report, "zero_optimization.overlap_comm", "error")
+
+
+def test_section_of_wrong_type():
+    report = lint(dict(MB1, fp16=True, zero_optimization={"stage": 2, "offload_optimizer": "cpu"}), world_size=1)
+    _find(report, "fp16", "error")
+    _find(report, "zero_optimization.offload_optimizer", "error")
+
+
+# ---------------------------------------------------------------- quiet on the generated presets
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_generated_presets_are_clean(preset, target):
+    for precision, gpu in (("bf16", "RTX 4090"), ("fp16", "V100")):
+        plan = preset_plan(preset, model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16,
+                           nvme_path="/local_nvme", precision=precision, host_memory_gib=1024)
+        report = lint(build_config(plan, target), mode=target, gpu=gpu, model="qwen-14b", plan=plan)
+        assert list(report) == [], str(report)
+
+
+# ---------------------------------------------------------------- the articles' configs
+
+def test_seed_000_qwen14b_offload():
+    report = lint(SEEDS / "000_qwen14b_zero3_offload.json", world_size=8, gpu="RTX 4090", model="qwen-14b")
+    tb = _find(report, "train_batch_size", "error")
+    assert "16 // (16 × 8) = 0" in tb.message and "train_batch_size to 128" in tb.fix
+    _find(report, "fp16", "warning")
+    _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
+    assert report.exit_code == 1 and len(report.errors) == 1
+    # with the article's launch command (per_device_train_batch_size 1) as the plan
+    plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16, zero_stage=3,
+                offload_optimizer="cpu", offload_param="cpu", host_memory_gib=256)
+    report = lint(SEEDS / "000_qwen14b_zero3_offload.json", plan=plan)
+    assert "= 128" in _find(report, "train_batch_size", "error").message
+    assert "pin_memory" in _find(report, "zero_optimization", "warning").message
+
+
+def test_seed_001_offload_example_does_not_parse():
+    report = lint(SEEDS / "001_llama7b_offload_example.json", world_size=1)
+    f = _find(report, "(file)", "error")
+    assert "Python True at 7:21" in f.message and "Python True at 11:21" in f.message
+    assert "comment" in f.message
+    assert report.exit_code == 2
+
+
+def test_seed_001_llama_config():
+    report = lint(SEEDS / "001_llama7b_ds_config.json", world_size=1, gpu="RTX 4090", model="llama-7b")
+    tb = _find(report, "train_batch_size", "error")
+    assert "train_batch_size to 8" in tb.fix  # micro 1 × accumulation 8 × 1 GPU
+    plan = Plan(model="llama-7b", num_gpus=1, micro_batch=2, grad_accum=8)
+    assert "= 16" in _find(lint(SEEDS / "001_llama7b_ds_config.json", plan=plan), "train_batch_size").message
+    _find(report, "activation_checkpointing", "warning")
+    _find(report, "fp16", "warning")
+    _find(report, "zero_optimization.offload_optimizer.buffer_count", "warning")
+    _find(report, "zero_optimization.offload_param.buffer_size", "warning")
+    _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
+
+
+def test_seed_001_bf16_block():
+    report = lint(SEEDS / "001_llama7b_bf16.json", world_size=1, mode="accelerate")
+    f = _find(report, "bf16", "error")
+    assert "loss_scale" in f.message and "initial_scale_power" in f.message
+    assert len(report.errors) == 1
+
+
+def test_seed_001_nvme_block():
+    report = lint(SEEDS / "001_llama7b_nvme.json", world_size=1, mode="accelerate")
+    assert not report.errors  # nvme_path given; the block itself is well-formed
+    _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
+
+
+def test_seed_002_zero2():
+    plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=16, grad_accum=1)
+    report = lint(SEEDS / "002_qwen14b_zero2.json", plan=plan, gpu="RTX 4090")
+    f = _find(report, "train_batch_size", "error")
+    assert "micro batch 16" in f.message and "= 128" in f.message and "128" in f.fix
+    _find(report, "fp16", "warning")
+
+
+def test_seed_002_zero3_autos():
+    path = SEEDS / "002_qwen14b_zero3.json"
+    ds = lint(path, world_size=8, model="qwen-14b")
+    auto = _find(ds, "(config)", "error")
+    assert "zero_optimization.stage3_param_persistence_threshold" in auto.message and "51200" in auto.fix
+    trainer = lint(path, world_size=8, mode="trainer")
+    assert not trainer.errors and not trainer.warnings
+    acc = lint(path, world_size=8, mode="accelerate")
+    assert not acc.errors and "Accelerate fills" in acc.warnings[0].message
+
+
+def test_seed_002_offload():
+    report = lint(SEEDS / "002_qwen14b_zero3_offload.json", world_size=8, mode="trainer")
+    assert not report.errors
+    _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
+
+
+# ---------------------------------------------------------------- report and CLI
+
+def test_report_outputs():
+    report = lint({"train_batch_size": 3, "train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}},
+                  world_size=2, gpu="RTX 4090")
+    assert isinstance(report, LintReport) and all(isinstance(f, Finding) for f in report)
+    js = report.to_json()
+    assert set(js) == {"errors", "warnings"} and set(js["errors"][0]) == {"path", "message", "fix"}
+    assert list(report.to_frame().columns) == ["severity", "path", "message", "fix"]
+    assert "<table" in report._repr_html_() and "train_batch_size" in str(report)
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    good = _write(tmp_path, json.dumps(build_config(preset_plan("zero2", num_gpus=2))), "good.json")
+    assert cli.main(["lint", str(good), "--world-size", "2"]) == 0
+    assert cli.main(["lint", str(good), "--world-size", "3"]) == 1
+    capsys.readouterr()
+    assert cli.main(["lint", str(good), "--world-size", "3", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["errors"][0]["path"] == "train_batch_size" and "= 3" in out["errors"][0]["message"]
+    assert cli.main(["lint", str(SEEDS / "001_llama7b_offload_example.json"), "--world-size", "1"]) == 2
+    assert cli.main(["lint", str(tmp_path / "missing.json"), "--world-size", "1"]) == 2
+    assert "not found" in capsys.readouterr().out
