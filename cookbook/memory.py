@@ -36,10 +36,10 @@ Sources of the formulas (each function repeats the one it uses):
   with ``overlap_comm``) and ``stage3.py`` (one reduce bucket per communication dtype). "auto" values
   follow transformers' DeepSpeed integration docs (``reduce_bucket_size = h*h``,
   ``stage3_prefetch_bucket_size = 0.9*h*h``).
-* CUDA context: transformers docs, "Model training anatomy" ("the kernels ... can take up 1-2GB");
-  on recent drivers with lazy module loading it is smaller; :data:`CUDA_CONTEXT_GIB`.
+* CUDA context: measured on the H200 with lazy module loading (0.68 GiB), :data:`CUDA_CONTEXT_GIB`;
+  transformers docs, "Model training anatomy", give 1-2 GB for eagerly loaded kernels.
 * Allocator overhead and runtime baselines: measured calibrations in ``data/calibration/*.json``
-  (see :data:`ALLOCATOR_OVERHEAD`, :data:`RUNTIME_BASELINE_GIB`).
+  (see :data:`ALLOCATOR_OVERHEAD`, :data:`RUNTIME_BASELINE_GIB`, :data:`CUDA_HOST_RUNTIME_GIB`).
 """
 from __future__ import annotations
 
@@ -72,9 +72,10 @@ DS_DEFAULTS = {
 }
 
 #: CUDA context + kernels per GPU, GiB; outside PyTorch's allocated/reserved counters (nvidia-smi sees it).
-#: transformers docs "Model training anatomy" give 1-2 GB with all kernels loaded eagerly; CUDA 11.7+
-#: lazy loading brings it to about 0.5 GiB. 0.75 GiB is the middle of the measured range.
-CUDA_CONTEXT_GIB = 0.75
+#: Measured on the H200 (``data/calibration/cuda_runtime.json``): 0.68 GiB with CUDA's default lazy module
+#: loading after GEMM, SDPA and cross-entropy kernels ran; 1.73 GiB with ``CUDA_MODULE_LOADING=EAGER``
+#: (transformers docs, "Model training anatomy", quote 1-2 GB for eagerly loaded kernels).
+CUDA_CONTEXT_GIB = 0.7
 
 #: Caching-allocator headroom as a fraction of the peak allocated bytes (``reserved ≈ allocated × 1.25``).
 #: Calibrated on the H200-at-24-GiB runs in ``data/calibration/h200_24gib.json``: unpressured
@@ -88,9 +89,10 @@ ALLOCATOR_OVERHEAD = 0.25
 #: (``data/calibration/cpu_rehearsal.json``: 0.53 GiB peak per rank, tiny-qwen2, 2 ranks, ZeRO-2).
 RUNTIME_BASELINE_GIB = 0.55
 
-#: Extra host RSS of a rank that initialises CUDA (driver, cuBLAS/cuDNN host code), GiB. Estimated
-#: from the CUDA libraries' resident size; see ``data/calibration/h200_24gib.json``.
-CUDA_HOST_RUNTIME_GIB = 1.0
+#: Extra host RSS of a rank that initialises CUDA (driver, cuBLAS/cuDNN host code), GiB. Measured on the
+#: H200 (``data/calibration/cuda_runtime.json``): 0.94 GiB RSS after CUDA kernels ran vs 0.28-0.30 GiB for
+#: the same imports on a CPU-only torch; eager module loading would take ~5 GiB.
+CUDA_HOST_RUNTIME_GIB = 0.65
 
 _CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
 

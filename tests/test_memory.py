@@ -53,8 +53,8 @@ def test_tiny_model_by_hand():
     assert b["comm_buckets"] == pytest.approx(2 * 709_760)
     tensors = (709_760 + 354_880 + 709_760 + 1_419_520 + 709_760 + 262_144 + 2_228_224 + 12_582_912 + 2 * 709_760)
     assert b["allocator_overhead"] == pytest.approx(0.25 * tensors)
-    assert e.gpu_gib["cuda_context"] == pytest.approx(0.75)
-    assert e.gpu_gib["total"] == pytest.approx(1.25 * tensors / GIB + 0.75)
+    assert e.gpu_gib["cuda_context"] == pytest.approx(0.7)  # measured on the H200, lazy loading
+    assert e.gpu_gib["total"] == pytest.approx(1.25 * tensors / GIB + 0.7)
     # host: each of 2 ranks holds the fp32 model while loading (4 B × N × 2), × 1.5, + 2 runtimes
     assert e.host_gib["model_load"] * GIB == pytest.approx(4 * N * 2)
     assert e.host_gib["buffer_factor"] * GIB == pytest.approx(0.5 * 4 * N * 2)
