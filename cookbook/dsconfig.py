@@ -20,7 +20,6 @@ Sources for every key and default:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -493,6 +492,14 @@ def _build_for_cli(args):
         value = getattr(args, name, None)
         if value is not None:
             fields[name] = value
+    if args.gpu and not args.precision:
+        from .lint import gpu_compute_capability
+        cc = gpu_compute_capability(args.gpu)
+        if cc is None:
+            print(f"error: --gpu {args.gpu!r}: unknown GPU; pass --precision bf16 (compute capability >= 8.0) "
+                  "or fp16", file=sys.stderr)
+            return 2
+        fields["precision"] = auto_precision(cc)
     try:
         plan = preset_plan(args.preset, **fields)
         cfg = build_config(plan, args.target, lr=args.lr, warmup_steps=args.warmup_steps,
@@ -518,7 +525,9 @@ def register(subparsers) -> None:
                    help="deepspeed.initialize, accelerate launch, or the HF Trainer ('auto' values)")
     p.add_argument("-o", "--output", default=None, help="write the JSON here instead of stdout")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default=None,
-                   help="default bf16 (Ampere/Ada/Hopper); fp16 for older GPUs")
+                   help="default: from --gpu, else bf16 (Ampere/Ada/Hopper); fp16 for older GPUs")
+    p.add_argument("--gpu", default=None,
+                   help="GPU name (e.g. 'RTX 4090', 'V100'): picks bf16 or fp16 when --precision is not given")
     p.add_argument("--nvme-path", default=None, help="folder on a local NVMe SSD (zero3-nvme)")
     p.add_argument("--host-memory-gib", type=float, default=None,
                    help="host RAM per machine in GiB; pin_memory is turned off when it is short")

@@ -28,7 +28,6 @@ Rules (each names its source):
 """
 from __future__ import annotations
 
-import argparse
 import difflib
 import functools
 import json
@@ -559,6 +558,17 @@ def _rule_batch(ctx: _Ctx) -> None:
     mb = None if mb == "auto" else mb
     ga = None if ga == "auto" else ga
     plan = ctx.plan
+    if plan is not None:
+        for key, value, planned in (("train_micro_batch_size_per_gpu", mb, plan.micro_batch),
+                                    ("gradient_accumulation_steps", ga, plan.grad_accum)):
+            if value is not None and value != planned:
+                if ctx.mode == "trainer":
+                    ctx.add(ERROR, key, f"{key}={value} but the plan (TrainingArguments) has {planned}; the HF "
+                            "Trainer raises 'Please correct the following DeepSpeed config values that mismatch "
+                            "TrainingArguments'", f'set {key} to {planned}, or to "auto"')
+                else:
+                    ctx.add(WARNING, key, f"{key}={value} but the plan has {planned}; the config wins",
+                            f"set {key} to {planned}, or change the plan")
     if n is None:
         if any(v is not None for v in (tb, mb, ga)):
             ctx.add(WARNING, "train_batch_size", "batch arithmetic not checked: the world size is unknown",

@@ -360,3 +360,12 @@ def test_cli_config_stdout_and_errors(capsys):
     rc = cli.main(["config", "zero3-nvme", "--gpus", "2", "--micro-batch", "1", "--grad-accum", "1"])
     assert rc == 2
     assert "--nvme-path" in capsys.readouterr().err
+
+
+def test_cli_config_precision_from_gpu(capsys):
+    assert cli.main(["config", "zero2", "--gpus", "1", "--micro-batch", "1", "--grad-accum", "1", "--gpu", "V100"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["fp16"]["enabled"] is True and "bf16" not in cfg
+    assert cli.main(["config", "zero2", "--gpus", "1", "--micro-batch", "1", "--grad-accum", "1",
+                     "--gpu", "RTX 4090"]) == 0
+    assert json.loads(capsys.readouterr().out)["bf16"] == {"enabled": True}

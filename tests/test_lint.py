@@ -378,3 +378,11 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert cli.main(["lint", str(SEEDS / "001_llama7b_offload_example.json"), "--world-size", "1"]) == 2
     assert cli.main(["lint", str(tmp_path / "missing.json"), "--world-size", "1"]) == 2
     assert "not found" in capsys.readouterr().out
+
+
+def test_config_disagrees_with_plan():
+    plan = Plan(num_gpus=2, micro_batch=1, grad_accum=4)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    assert "TrainingArguments" in _find(lint(cfg, plan=plan, mode="trainer"), "train_micro_batch_size_per_gpu",
+                                        "error").message
+    _find(lint(cfg, plan=plan), "train_micro_batch_size_per_gpu", "warning")
