@@ -333,6 +333,8 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
         zero["reduce_bucket_size"] = val(buckets["reduce_bucket_size"])
         if plan.zero_stage < 3:
             zero["allgather_partitions"] = True
+            # same size as the reduce bucket, as in the HF ZeRO-2 example (both 2e8 there); ZeRO-2 all-gathers
+            # the updated fp16/bf16 partitions in buckets of this many elements
             zero["allgather_bucket_size"] = buckets["reduce_bucket_size"]
             zero["reduce_scatter"] = True
         else:
@@ -541,4 +543,4 @@ def register(subparsers) -> None:
 
 __all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "MISSING", "auto_precision",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
-           "register"]
+           "register", "stdout_to_stderr"]
