@@ -43,11 +43,10 @@ Sources of the formulas (each function repeats the one it uses):
 """
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -100,9 +99,9 @@ _CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "data" / "calibratio
 GPU_COMPONENTS = {
     "params_16bit": "16-bit parameters",
     "grads_16bit": "16-bit gradients",
-    "master_fp32": "fp32 master weights",
+    "master_fp32": "master weights (fp32)",
     "adam_states": "Adam m and v",
-    "grads_fp32": "fp32 gradient partition",
+    "grads_fp32": "optimizer gradient partition (fp32)",
     "largest_layer": "largest layer, gathered (ZeRO-3)",
     "activations": "activations (incl. logits)",
     "grad_staging": "gradient staging for offload (beyond activations)",
@@ -113,15 +112,17 @@ GPU_COMPONENTS = {
 }
 HOST_COMPONENTS = {
     "params_16bit": "offloaded 16-bit parameters",
-    "master_fp32": "offloaded fp32 master weights",
+    "master_fp32": "offloaded master weights (fp32)",
     "adam_states": "offloaded Adam m and v",
-    "grads_fp32": "offloaded fp32 gradients",
+    "grads_fp32": "offloaded optimizer gradients (fp32)",
     "model_load": "fp32 model copy per rank at load (beyond states)",
     "buffer_factor": "DeepSpeed buffer factor (×1.5 − 1)",
     "pinned_buffers": "NVMe swap buffers (pinned)",
     "ranks_on_cpu": "rank tensors (CPU rehearsal)",
     "runtime": "runtime per rank (Python, torch, DeepSpeed)",
 }
+#: Keys keep the mixed-precision names; with ``bf16_states`` the "(fp32)" rows hold bf16 tensors
+#: and the labels say so (see :func:`_labels`).
 #: Model-state components (the part DeepSpeed's estimators count).
 MODEL_STATE_KEYS = ("params_16bit", "grads_16bit", "master_fp32", "adam_states", "grads_fp32", "largest_layer")
 HOST_MODEL_STATE_KEYS = ("params_16bit", "master_fp32", "adam_states", "grads_fp32", "model_load", "buffer_factor")
@@ -129,6 +130,11 @@ HOST_MODEL_STATE_KEYS = ("params_16bit", "master_fp32", "adam_states", "grads_fp
 
 class EstimateError(ValueError):
     """An estimator input outside its domain; the message names it and the fix."""
+
+
+def _labels(names: Mapping[str, str], bf16_states: bool) -> dict[str, str]:
+    """Display names; "(fp32)" becomes "(bf16)" for the states that ``bf16_states`` keeps in bf16."""
+    return {k: (v.replace("(fp32)", "(bf16)") if bf16_states else v) for k, v in names.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +252,8 @@ class MemoryEstimate:
         """A pandas DataFrame: one row per component, columns ``where``, ``component``, ``GiB``."""
         import pandas as pd
         rows = []
-        for where, comp, names in (("GPU", self.gpu_gib, GPU_COMPONENTS), ("host", self.host_gib, HOST_COMPONENTS)):
+        for where, comp, names in (("GPU", self.gpu_gib, _labels(GPU_COMPONENTS, self.bf16_states)),
+                                   ("host", self.host_gib, _labels(HOST_COMPONENTS, self.bf16_states))):
             if where == "GPU" and self.device == "cpu":
                 continue
             for key, value in comp.items():
@@ -683,7 +690,7 @@ def plot_breakdown(estimates, ax=None, *, where: str = "gpu"):
         raise EstimateError("estimates=[]: pass at least one MemoryEstimate (e.g. sweep(plan))")
     if where not in ("gpu", "host"):
         raise EstimateError(f"where={where!r}: use 'gpu' or 'host'")
-    names = GPU_COMPONENTS if where == "gpu" else HOST_COMPONENTS
+    names = _labels(GPU_COMPONENTS if where == "gpu" else HOST_COMPONENTS, ests[0].bf16_states)
     if ax is None:
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ests)), 4.5))
     else:
