@@ -12,6 +12,7 @@ Parameter counts come from instantiating the architecture on PyTorch's ``meta`` 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -126,12 +127,33 @@ def count_params(model) -> tuple[int, int]:
     return total, largest
 
 
+@contextlib.contextmanager
+def _zero3_init_suspended():
+    """Suspend transformers' ZeRO-3 hook (``is_deepspeed_zero3_enabled``) for a while.
+
+    Inside a DeepSpeed ZeRO-3 run, ``from_config`` wraps construction in ``deepspeed.zero.Init``,
+    which partitions with collectives: a shape-only model built on one rank would hang the world.
+    """
+    try:
+        from transformers.integrations import deepspeed as hf_ds
+    except ImportError:
+        yield
+        return
+    saved = getattr(hf_ds, "_hf_deepspeed_config_weak_ref", None)
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved
+
+
 def meta_model(name: str | os.PathLike, trust_remote_code: bool = False):
-    """The architecture instantiated on the ``meta`` device: shapes, no memory, no weights."""
+    """The architecture instantiated on the ``meta`` device: shapes, no memory, no weights.
+    Safe to call inside a ZeRO-3 run (no partitioning, no collectives)."""
     import torch
     from transformers import AutoModelForCausalLM
     config = load_config(name, trust_remote_code)
-    with torch.device("meta"):
+    with _zero3_init_suspended(), torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
 
 

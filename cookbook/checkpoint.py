@@ -1,0 +1,124 @@
+"""Kill-safe checkpoints: written into a temporary folder, renamed into place when complete,
+and only then recorded as the latest.
+
+Layout under ``OUTPUT_DIR/checkpoints``::
+
+    step-00000020/            a complete checkpoint
+        deepspeed/            DeepSpeed engine state (``accelerator.save_state``): model, optimizer,
+                              scheduler, RNG states, one shard per rank
+        hf/                   16-bit weights gathered from all ranks (``save_pretrained``, safetensors)
+        trainer_state.json    step, seed, data position
+        COMPLETE              written last, holds the list of files and their sizes
+    .tmp-step-00000030/       a save in progress (or left by a crash): never used
+    latest                    the name of the newest complete checkpoint (replaced atomically)
+
+A rename within one filesystem is atomic (POSIX ``rename(2)``), so a crash leaves either the old
+state or the new one; ``COMPLETE`` also guards against a folder that was copied in part.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+PREFIX = "step-"
+TMP_PREFIX = ".tmp-step-"
+MARKER = "COMPLETE"
+
+
+def step_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, fsync and ``os.replace``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _inventory(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MARKER}
+
+
+def tmp_dir(root: Path, step: int) -> Path:
+    """The temporary folder a save of ``step`` is written into."""
+    return Path(root) / f"{TMP_PREFIX}{step:08d}"
+
+
+def finalize(root: Path, step: int) -> Path:
+    """Mark the temporary save of ``step`` complete, rename it into place and record it as latest.
+
+    Call on one process (rank 0) after every rank has finished writing.
+    Returns the final folder.
+    """
+    root = Path(root)
+    tmp = tmp_dir(root, step)
+    atomic_write_text(tmp / MARKER, json.dumps({"step": step, "files": _inventory(tmp)}, indent=1))
+    final = root / step_name(step)
+    if final.exists():  # a save of the same step from an earlier attempt
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    atomic_write_text(root / "latest", final.name + "\n")
+    return final
+
+
+def is_complete(folder: Path) -> tuple[bool, str]:
+    """Whether ``folder`` is a complete checkpoint, and why not."""
+    folder = Path(folder)
+    marker = folder / MARKER
+    if not marker.is_file():
+        return False, f"{folder.name}: no {MARKER} marker (the save did not finish)"
+    try:
+        files = json.loads(marker.read_text())["files"]
+    except (ValueError, KeyError) as exc:
+        return False, f"{folder.name}: unreadable {MARKER} marker ({exc})"
+    for rel, size in files.items():
+        p = folder / rel
+        if not p.is_file():
+            return False, f"{folder.name}: {rel} is missing"
+        if p.stat().st_size != size:
+            return False, f"{folder.name}: {rel} has {p.stat().st_size} bytes, {size} were written"
+    return True, "complete"
+
+
+def find_resumable(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint under ``root`` and messages about what was skipped.
+
+    Incomplete folders (no marker, missing or truncated files) and leftover temporary folders
+    are skipped with a message each; the previous complete checkpoint is returned.
+    """
+    root = Path(root)
+    messages: list[str] = []
+    if not root.is_dir():
+        return None, messages
+    for tmp in sorted(root.glob(f"{TMP_PREFIX}*")):
+        messages.append(f"skipping {tmp.name}: a save that never finished (left by a crash)")
+    for folder in sorted(root.glob(f"{PREFIX}*"), reverse=True):
+        ok, why = is_complete(folder)
+        if ok:
+            return folder, messages
+        messages.append(f"skipping {why}; using the previous complete checkpoint")
+    return None, messages
+
+
+def checkpoint_step(folder: Path) -> int:
+    return int(json.loads((Path(folder) / "trainer_state.json").read_text())["step"])
