@@ -232,7 +232,107 @@ def _print_rank0(accelerator, *msg) -> None:
         print(*msg, flush=True)
 
 
+def device_state_bytes(engine, ds_config: dict) -> dict:
+    """Bytes of model states this rank keeps on its compute device (not offloaded), by kind.
+
+    Parameters and optimizer states are counted from the tensors DeepSpeed actually holds:
+    ``ds_tensor`` partitions under ZeRO-3 (else the full parameters), the fp32 master partition
+    (``single_partition_of_fp32_groups`` / ``fp32_partitioned_groups_flat``) and the wrapped
+    optimizer's state (Adam m and v). Gradients are counted from the parameter count: full under
+    ZeRO-0/1, this rank's 1/world share under ZeRO-2/3 (ZeRO paper, Rajbhandari et al. 2020, §5).
+    Offloaded states (``offload_optimizer``/``offload_param`` device cpu/nvme) count as zero.
+    Used for the CPU rehearsal's device budget, where "GPU" and host are the same memory.
+    """
+    import torch
+    zero = ds_config.get("zero_optimization") or {}
+    stage = int(zero.get("stage", 0))
+    off_opt = (zero.get("offload_optimizer") or {}).get("device", "none") not in ("none", None)
+    off_param = (zero.get("offload_param") or {}).get("device", "none") not in ("none", None)
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    params = list(engine.module.parameters())
+    if any(hasattr(p, "ds_tensor") for p in params):
+        param_bytes = sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in params if hasattr(p, "ds_tensor"))
+        numel = sum(p.ds_numel for p in params if hasattr(p, "ds_numel"))
+    else:
+        param_bytes = sum(p.numel() * p.element_size() for p in params)
+        numel = sum(p.numel() for p in params)
+    elem = params[0].element_size() if params else 4
+    grad_bytes = numel * elem / (world if stage >= 2 else 1)
+    opt, seen, opt_bytes = engine.optimizer, set(), 0
+
+    def add(t):
+        nonlocal opt_bytes
+        if isinstance(t, torch.Tensor) and t.data_ptr() not in seen and t.numel():
+            seen.add(t.data_ptr())
+            opt_bytes += t.numel() * t.element_size()
+    for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
+        for t in getattr(opt, name, None) or []:
+            add(t)
+    inner = getattr(opt, "optimizer", opt)
+    for state in getattr(inner, "state", {}).values():
+        for t in state.values():
+            add(t)
+    return {"params": 0 if off_param else param_bytes, "grads": grad_bytes,
+            "optimizer": 0 if off_opt else opt_bytes}
+
+
+def check_device_budget(engine, ds_config: dict, budget_gib: float) -> dict:
+    """CPU rehearsal of a GPU's memory: raise ``torch.OutOfMemoryError`` when this rank's device-resident
+    model states (:func:`device_state_bytes`) exceed ``budget_gib`` — as the GPU's allocator would."""
+    import torch
+    held = device_state_bytes(engine, ds_config)
+    total = sum(held.values())
+    if total > budget_gib * GIB:
+        raise torch.OutOfMemoryError(
+            f"CPU rehearsal of a {budget_gib:.4g} GiB device: model states need {total / GIB:.4f} GiB on this rank "
+            f"(parameters {held['params'] / GIB:.4f}, gradients {held['grads'] / GIB:.4f}, optimizer "
+            f"{held['optimizer'] / GIB:.4f}). Tried to allocate {(total - budget_gib * GIB) / GIB:.4f} GiB "
+            f"beyond the budget of {budget_gib:.4g} GiB.")
+    return {k: v / GIB for k, v in held.items()}
+
+
+def _inject_fault(step: int, rank: int) -> None:
+    """Test hook: ``COOKBOOK_FAULT=kind@rank:step`` makes one rank die the way real runs die —
+    ``kill`` (SIGKILL, as the kernel's OOM killer does), ``oom`` (a raised torch.OutOfMemoryError),
+    ``hang`` (stops making progress), ``error`` (a plain exception)."""
+    spec = os.environ.get("COOKBOOK_FAULT")
+    if not spec:
+        return
+    kind, _, where = spec.partition("@")
+    f_rank, _, f_step = where.partition(":")
+    if int(f_rank or 0) != rank or int(f_step or 1) != step:
+        return
+    import signal
+    import torch
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "oom":
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+                                     "of 24.00 GiB of which 1.25 GiB is free. (injected by COOKBOOK_FAULT)")
+    elif kind == "hang":
+        while True:
+            time.sleep(3600)
+    elif kind == "error":
+        raise RuntimeError("injected failure (COOKBOOK_FAULT)")
+
+
+def _redirect_output_to_rank_log() -> None:
+    """Under the launch helper (``COOKBOOK_LOG_DIR`` set) every rank writes all its output, C-level
+    included, to ``logs/rank{RANK}.log``."""
+    folder, rank = os.environ.get("COOKBOOK_LOG_DIR"), os.environ.get("RANK")
+    if not folder or rank is None:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _redirect_output_to_rank_log()
     parser = argparse.ArgumentParser(prog="python -m cookbook.train", description=__doc__.splitlines()[0])
     add_train_arguments(parser)
     args = parser.parse_args(argv)
@@ -321,6 +421,12 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     else:
         engine, optimizer = accelerator.prepare(model, optimizer)
 
+    device_budget = None
+    if not cuda and args.emulate_gpu_memory_gib:
+        device_budget = check_device_budget(engine, ds_config, args.emulate_gpu_memory_gib)
+        _print_rank0(accelerator, f"[budget] device-resident model states per rank: "
+                     + ", ".join(f"{k} {v:.4f} GiB" for k, v in device_budget.items())
+                     + f" (budget {args.emulate_gpu_memory_gib:.4g} GiB)")
     part = zero_partition_numel(engine)
     shares = [None] * world
     dist.all_gather_object(shares, part["numel"])
@@ -382,6 +488,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         losses, tokens = [], 0
+        _inject_fault(step + 1, accelerator.process_index)
         for micro in range(G):
             idx = sample_order(len(data), args.seed, step, micro, accelerator.process_index, B, G, world)
             batch = collate([data.input_ids[i] for i in idx], [data.labels[i] for i in idx], tok.pad_token_id)
@@ -416,6 +523,8 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                 f.write(json.dumps(row) + "\n")
             print(STEP_PREFIX + json.dumps(dict(row, max_steps=args.max_steps)), flush=True)
         last_step = step + 1
+        if device_budget is not None and step == start_step:  # Adam states may appear at the first step
+            device_budget = check_device_budget(engine, ds_config, args.emulate_gpu_memory_gib)
         if args.save_steps and last_step % args.save_steps == 0 and last_step < args.max_steps:
             save(last_step)
         if args.stop_after_step and last_step >= args.stop_after_step:
