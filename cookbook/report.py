@@ -675,7 +675,8 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
     Each file holds one record (a dict) or several (a list, or a dict with ``runs``/``results``
     list). A record is kept for ``notebook`` (``"02"`` or ``"02_zero2"``) when its ``notebook``
     field, or the file name, starts with the notebook's number; ``notebook=None`` keeps all.
-    Every record gets ``_file`` (its file name). Unreadable files are skipped with a ``_error`` record.
+    Every record gets ``_file`` (its file name). Unreadable files are skipped; with ``notebook=None``
+    each one appears as a record with ``_error`` saying why.
     """
     folder = Path(directory) if directory else REFERENCE_DIR
     if not folder.is_dir():
@@ -686,7 +687,8 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            out.append({"_file": path.name, "_error": f"{type(exc).__name__}: {exc}"})
+            if prefix is None:
+                out.append({"_file": path.name, "_error": f"{type(exc).__name__}: {exc}"})
             continue
         if isinstance(data, Mapping):
             inner = data.get("runs") if isinstance(data.get("runs"), list) else (

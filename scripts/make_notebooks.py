@@ -270,6 +270,7 @@ NB01 = [
     run_plan = Plan(model=MODEL, num_gpus=NUM_GPUS, gpu_memory_gib=GPU_MEMORY_GIB, seq_len=SEQ_LEN,
                     micro_batch=MICRO_BATCH, grad_accum=GRAD_ACCUM, precision=PRECISION, zero_stage=2)
     N_TARGET, N_RUN = model_spec(TARGET_MODEL).num_params, model_spec(MODEL).num_params
+    HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
     if REHEARSAL:  # the same memory per parameter as Qwen-14B has on a 24 GiB card
         BUDGET_GIB = report.scaled_budget_gib(GPU_MEMORY_GIB, MODEL, TARGET_MODEL)
     else:  # the real card, or a larger one capped
@@ -357,7 +358,7 @@ NB01 = [
     """),
     code("""
     oom = launch(run_plan, Path(OUTPUT_DIR) / "zero2", max_steps=MAX_STEPS, lr=3e-3, force=True,
-                 emulate_gpu_memory_gib=BUDGET_GIB, final_save=False)
+                 emulate_gpu_memory_gib=BUDGET_GIB, final_save=False, hang_timeout_s=HANG_TIMEOUT_S)
     rec.run("ZeRO-2", oom)
     rec.add(oom_status=oom.status, oom_message=oom.message,
             oom_tried_to_allocate_gib=oom.details.get("tried_to_allocate_gib"))
@@ -378,7 +379,7 @@ NB01 = [
     code("""
     fix_plan = run_plan.replace(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
     fix = launch(fix_plan, Path(OUTPUT_DIR) / "zero3_offload", max_steps=MAX_STEPS, lr=3e-3,
-                 emulate_gpu_memory_gib=BUDGET_GIB, final_save=False)
+                 emulate_gpu_memory_gib=BUDGET_GIB, final_save=False, hang_timeout_s=HANG_TIMEOUT_S)
     rec.run("ZeRO-3 + opt→cpu + param→cpu", fix)
     rec.add(fix_status=fix.status)
     fix
@@ -439,6 +440,7 @@ def step_notebook(number: str, stem: str, name: str, goal: str, previous: str, n
                         host_memory_gib=HOST_MEMORY_GIB or None, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH, grad_accum=GRAD_ACCUM,
                         precision=PRECISION, **VARIANT)
         WARMUP_STEPS = max(1, MAX_STEPS // 20)  # the launch helper's default warm-up: 5 % of the steps
+    HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
         rec = report.Recorder(OUTPUT_DIR, "{stem}", title="{number} · {name}",
                               target=f"{{TARGET_GPUS}} × RTX 4090 ({{GPU_MEMORY_GIB:g}} GiB), {{TARGET_MODEL}}",
                               rehearsal=REHEARSAL, variant=target.label)
@@ -478,7 +480,7 @@ def step_notebook(number: str, stem: str, name: str, goal: str, previous: str, n
         code(f"""
         result = launch(run_plan, Path(OUTPUT_DIR) / "run", config=run_config, max_steps=MAX_STEPS, lr=LR,
                         warmup_steps=WARMUP_STEPS, emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None, final_save=False,
-                        force={force})
+                        force={force}, hang_timeout_s=HANG_TIMEOUT_S)
         rec.run(target.label, result)
         result
         """),
@@ -724,6 +726,7 @@ NB05 = [
                    host_memory_gib=TARGET_HOST_MEMORY_GIB, seq_len=TARGET_SEQ_LEN, micro_batch=TARGET_MICRO_BATCH,
                    grad_accum=TARGET_GRAD_ACCUM, precision=PRECISION)
     WARMUP_STEPS = max(1, MAX_STEPS // 20)  # 5 % of the steps
+    HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
     SAVE_STEPS = MAX_STEPS // 2  # one kill-safe checkpoint half-way, and the final model at the end
     rec = report.Recorder(OUTPUT_DIR, "05_final_8x4090", title="05 · The whole recipe: Qwen-14B on 8 × RTX 4090",
                           target=f"{TARGET_GPUS} × {GPU_NAME} ({GPU_MEMORY_GIB:g} GiB), {TARGET_HOST_MEMORY_GIB:g} GiB RAM",
@@ -831,7 +834,7 @@ NB05 = [
     code("""
     result = launch(run_plan, Path(OUTPUT_DIR) / "run", config=run_config, max_steps=MAX_STEPS, lr=LR,
                     warmup_steps=WARMUP_STEPS, save_steps=SAVE_STEPS, bf16_states=BF16_STATES,
-                    emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None)
+                    emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None, hang_timeout_s=HANG_TIMEOUT_S)
     rec.run(run_plan.label, result)
     rec.headline(f"{run_plan.label} run ({report.hardware_label(result)}): {result.status} — {result.message}")
     result
@@ -940,6 +943,7 @@ NB06 = [
                     host_memory_gib=HOST_MEMORY_GIB or None, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH, grad_accum=GRAD_ACCUM,
                     precision=PRECISION, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
     WARMUP_STEPS = max(1, MAX_STEPS // 20)  # 5 % of the steps
+    HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
     rec = report.Recorder(OUTPUT_DIR, "06_final_1x4090", title="06 · The whole recipe: LLaMA-7B on one RTX 4090",
                           target=f"1 × RTX 4090 ({GPU_MEMORY_GIB:g} GiB), {TARGET_HOST_MEMORY_GIB:g} GiB RAM, NVMe",
                           rehearsal=REHEARSAL)
@@ -1041,7 +1045,8 @@ NB06 = [
     """),
     code("""
     result = launch(run_plan, Path(OUTPUT_DIR) / "cpu_offload", config=run_config, max_steps=MAX_STEPS, lr=LR,
-                    warmup_steps=WARMUP_STEPS, emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None)
+                    warmup_steps=WARMUP_STEPS, emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None,
+                    hang_timeout_s=HANG_TIMEOUT_S)
     runs = {run_plan.label: result}
     rec.run(run_plan.label, result)
     rec.headline(f"{run_plan.label} run ({report.hardware_label(result)}): {result.status} — {result.message}")
@@ -1060,7 +1065,8 @@ NB06 = [
     if TRY_NVME and NVME_OK:
         Path(NVME_DIR).mkdir(parents=True, exist_ok=True)
         nvme = launch(nvme_plan, Path(OUTPUT_DIR) / "nvme_offload", config=nvme_config, max_steps=MAX_STEPS, lr=LR,
-                      warmup_steps=WARMUP_STEPS, emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None, final_save=False)
+                      warmup_steps=WARMUP_STEPS, emulate_gpu_memory_gib=EMULATE_GPU_MEMORY_GIB or None,
+                      final_save=False, hang_timeout_s=HANG_TIMEOUT_S)
         runs[nvme_plan.label] = nvme
         rec.run(nvme_plan.label, nvme)
         rec.add(nvme_status=nvme.status)

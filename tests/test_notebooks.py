@@ -1,0 +1,199 @@
+"""The notebooks: committed clean (no outputs, one ``parameters`` cell, in step with their generator), and
+executed end to end by ``cookbook run-all`` with the CPU-rehearsal defaults — once, for the whole module —
+with assertions on the results each notebook records in ``OUTPUT_DIR/results.json``.
+
+Expected values are computed here independently (parameter counts of the architectures, the articles'
+numbers), not copied from the notebooks' output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ["00_environment", "01_oom_reproduction", "02_zero2", "03_zero3", "04_zero3_offload",
+             "05_final_8x4090", "06_final_1x4090"]
+GIB = 2 ** 30
+N_QWEN14B = 14_167_290_880
+N_TINY_QWEN2 = 354_880
+N_TINY_LLAMA = 354_624
+
+
+# ----------------------------------------------------------------------------------------------
+# committed notebooks: clean, one parameters cell, regenerable
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_is_clean_with_one_parameters_cell(name):
+    nb = nbformat.read(str(ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "committed with outputs"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    # typed literals only, each with a comment; OUTPUT_DIR first; no expressions
+    lines = [l for l in tagged[0].source.splitlines() if l.strip()]
+    assert lines[0].startswith("OUTPUT_DIR: str = ")
+    import ast
+    for line in lines:
+        stmt = ast.parse(line.split("  #")[0]).body[0]
+        assert isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Constant), line
+        assert "  # " in line, f"parameter without a comment: {line}"
+    # the title cell states the hardware targeted and what the rehearsal runs instead
+    first = nb.cells[0].source
+    assert first.startswith(f"# {name[:2]} · ") and "Hardware targeted" in first and "CPU rehearsal" in first
+    # imports: standard library and cookbook only
+    imports = [l for c in code for l in c.source.splitlines() if l.startswith(("import ", "from "))]
+    assert all(l.split()[1].split(".")[0] in ("json", "pathlib", "cookbook") for l in imports), imports
+
+
+def test_notebooks_are_in_step_with_their_generator():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# cookbook run-all, end to end, once
+
+@pytest.fixture(scope="module")
+def run_all(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run-all")
+    env = dict(os.environ, MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(out), "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=2400)
+    return out, proc
+
+
+def results(run_all, name) -> dict:
+    out, _ = run_all
+    return json.loads((out / name / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_run_all_succeeds_and_writes_the_report(run_all):
+    out, proc = run_all
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for name in NOTEBOOKS:
+        executed = nbformat.read(str(out / f"{name}.ipynb"), as_version=4)
+        errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        assert not errors, (name, errors)
+        res = results(run_all, name)
+        assert res["notebook"] == name and res["rehearsal"] is True and res["headline"]
+        for fig in res["figures"]:
+            assert (out / name / fig).stat().st_size > 1000
+    page = (out / "report.html").read_text()
+    assert "ZeRO variants side by side" in page and page.count("data:image/png;base64,") >= 10
+    for name in NOTEBOOKS:
+        assert name in page
+    summary = json.loads((out / "run-all.json").read_text())
+    assert summary["ok"] and [n["name"] for n in summary["notebooks"]] == NOTEBOOKS
+
+
+@pytest.mark.slow
+def test_00_environment(run_all):
+    r = results(run_all, "00_environment")
+    assert r["live"]["verdict"]
+    assert "DS_ACCELERATOR" in r["live"]["recommended_env"]          # no GPU here
+    old, new = r["recorded"]["4 × RTX 4090, driver 535"], r["recorded"]["4 × RTX 4090, driver 560"]
+    assert old["rtx40_p2p"] == "fail" and new["rtx40_p2p"] == "ok"  # Accelerate's rule: driver < 550.40.07
+    assert "export NCCL_P2P_DISABLE=1" in r["env_block_rtx4090_driver535"]
+    assert "export NCCL_IB_DISABLE=1" in r["env_block_rtx4090_driver535"]
+    assert r["recorded"]["8 × RTX 4090, driver 560, 256 GiB RAM"]["host_memory"] == "fail"  # full offload > 256 GiB
+    assert r["allreduce_h200_busbw_gbps"]["p2p_off"] < 31.5 < r["allreduce_h200_busbw_gbps"]["p2p_on"]
+
+
+@pytest.mark.slow
+def test_01_zero2_cannot_fit_and_the_rehearsal_hits_oom(run_all):
+    r = results(run_all, "01_oom_reproduction")
+    assert r["zero2_fits_any_batch"] is False
+    assert r["zero2_params_16bit_gib"] == pytest.approx(2 * N_QWEN14B / GIB, rel=1e-4)   # 26.39 > 24
+    assert r["zero2_min_gpu_gib"] > 24
+    assert r["budget_scaled"] is True
+    assert r["budget_gib"] == pytest.approx(24 * N_TINY_QWEN2 / N_QWEN14B)
+    assert r["oom_status"] == "gpu_oom"
+    assert r["runs"]["ZeRO-2"]["status"] == "gpu_oom"
+    assert r["fix_status"] == "ok"
+    fix = r["runs"]["ZeRO-3 + opt→cpu + param→cpu"]
+    assert fix["world_size"] == 2 and fix["steps"] == 10
+    arithmetic = {row["component"]: row for row in r["tables"]["the articles' memory arithmetic beside the correct numbers"]}
+    assert arithmetic["fp32 master weights"]["article GB"] == "omitted"
+
+
+def _step(r, label, world=2):
+    run = r["runs"][label]
+    assert run["status"] == "ok", run["message"]
+    assert run["world_size"] == world and run["steps"] == 40
+    assert run["loss_fell"] and run["last5_mean_loss"] < run["first5_mean_loss"] - 0.5
+    assert run["tokens_per_s"] > 0 and run["host_peak_gib"] > 0
+    return run
+
+
+@pytest.mark.slow
+def test_02_zero2(run_all):
+    r = results(run_all, "02_zero2")
+    run = _step(r, "ZeRO-2")
+    assert run["zero_stage"] == 2
+    assert r["fits_target"] is False and r["fits_target_gpu"] is False
+    assert r["config"]["zero_optimization"]["stage"] == 2 and r["config"]["bf16"]["enabled"] is True
+    # DeepSpeed's batch rule in the cookbook's config: 1 × 16 × 8
+    assert r["config"]["train_batch_size"] == 128
+    diff = {row["path"]: row for row in r["diff_vs_previous"]}
+    assert diff["train_batch_size"]["before"] == "32" and diff["fp16.enabled"]["after"] == "(absent)"
+    assert r["zero_partition"]["full_numel"] == N_TINY_QWEN2
+
+
+@pytest.mark.slow
+def test_03_zero3_partitions_the_parameters(run_all):
+    r = results(run_all, "03_zero3")
+    _step(r, "ZeRO-3")
+    assert r["fits_target"] is False
+    part = r["zero_partition"]
+    assert part["full_numel"] == N_TINY_QWEN2 and len(part["per_rank_numel"]) == 2
+    assert max(part["per_rank_numel"]) < 0.6 * N_TINY_QWEN2          # each rank holds about half
+    diff = {row["path"] for row in r["diff_vs_previous"]}
+    assert "zero_optimization.stage" in diff and "zero_optimization.stage3_gather_16bit_weights_on_model_save" in diff
+
+
+@pytest.mark.slow
+def test_04_offload_runs_on_two_ranks_with_a_falling_loss(run_all):
+    r = results(run_all, "04_zero3_offload")
+    run = _step(r, "ZeRO-3 + opt→cpu + param→cpu")
+    assert run["offload_optimizer"] == "cpu" and run["offload_param"] == "cpu"
+    assert r["fits_target_gpu"] is True
+    need = r["host_need_gib"]["ZeRO-3 + opt→cpu + param→cpu"]
+    assert 300 < need < 520 / 1.073741824                               # below the article's "≥ 520 GB"
+    diff = {row["path"] for row in r["diff_vs_previous"]}
+    assert {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"} <= diff
+
+
+@pytest.mark.slow
+def test_05_recipe_saves_and_reloads(run_all):
+    r = results(run_all, "05_final_8x4090")
+    assert r["variant"] == "ZeRO-3 + opt→cpu"                          # first variant fitting 8 × 24 GiB, 512 GiB RAM
+    assert r["lint_errors"] == 0
+    run = _step(r, "ZeRO-3 + opt→cpu")
+    assert run["save_verification"]["ok"] is True
+    saved = r["saved_model"]
+    assert saved["params"] == N_TINY_QWEN2 and not saved["empty_tensors"]
+    assert saved["reloaded"] is True and saved["reload_params"] == N_TINY_QWEN2
+    assert saved["reload_loss"] < run["first5_mean_loss"]              # the trained weights came back
+
+
+@pytest.mark.slow
+def test_06_one_gpu_host_ram_reality_and_nvme(run_all):
+    r = results(run_all, "06_final_1x4090")
+    assert r["fits_cpu_offload_64"] is False and r["host_need_cpu_offload_gib"] > 64
+    assert r["chosen_variant"] == "ZeRO-3 + opt→nvme + param→nvme"
+    assert r["throughput_ceiling"]["pcie_samples_per_s"] < r["article_samples_per_s"]
+    run = _step(r, "ZeRO-3 + opt→cpu + param→cpu", world=1)
+    assert run["save_verification"]["ok"] is True and r["saved_model"]["params"] == N_TINY_LLAMA
+    assert r["nvme_status"] in ("ok", "skipped")
+    if r["nvme_status"] == "skipped":
+        assert r["nvme_skipped_reason"]

@@ -1,0 +1,237 @@
+"""cookbook run-all and cookbook.report: argument handling, failure reporting, the HTML report, and the
+report helpers' numbers (computed here by hand from the parameter counts)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from cookbook import report, runall
+from cookbook.models import model_spec
+from cookbook.plan import Plan
+
+GIB = 2 ** 30
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ----------------------------------------------------------------------------------------------
+# run-all arguments
+
+@pytest.mark.parametrize("text, value", [("None", None), ("null", None), ("True", True), ("false", False),
+                                         ("8", 8), ("-3", -3), ("24.0", 24.0), ("1e-5", 1e-5),
+                                         ("qwen-14b", "qwen-14b"), ("", "")])
+def test_parse_value_follows_papermill_rules(text, value):
+    assert runall.parse_value(text) == value
+    assert type(runall.parse_value(text)) is type(value)
+
+
+def test_select_by_number_name_and_file():
+    nbs = runall.list_notebooks()
+    assert [p.stem for p in nbs] == ["00_environment", "01_oom_reproduction", "02_zero2", "03_zero3",
+                                     "04_zero3_offload", "05_final_8x4090", "06_final_1x4090"]
+    assert [p.stem for p in runall.select(nbs, ["3"])] == ["03_zero3"]
+    assert [p.stem for p in runall.select(nbs, ["06_final_1x4090.ipynb", "01"])] == ["01_oom_reproduction",
+                                                                                      "06_final_1x4090"]
+    with pytest.raises(runall.RunAllError, match="--only 9: no such notebook; choose from 00_environment"):
+        runall.select(nbs, ["9"])
+
+
+def test_parameters_are_routed_to_the_notebooks_that_declare_them():
+    nbs = runall.list_notebooks()
+    routed = runall.parameters_for(nbs, [("MAX_STEPS", "5"), ("06:MODEL", "llama-7b"), ("NUM_GPUS", "8")])
+    assert routed["02_zero2"] == {"MAX_STEPS": 5, "NUM_GPUS": 8}
+    assert routed["06_final_1x4090"] == {"MAX_STEPS": 5, "MODEL": "llama-7b", "NUM_GPUS": 8}
+    assert "MAX_STEPS" not in routed["00_environment"]  # 00 trains nothing
+    assert routed["00_environment"] == {"NUM_GPUS": 8}
+    with pytest.raises(runall.RunAllError, match="has no parameter 'BATCH'"):
+        runall.parameters_for(nbs, [("BATCH", "4")])
+    with pytest.raises(runall.RunAllError, match="use --output-dir"):
+        runall.parameters_for(nbs, [("OUTPUT_DIR", "/tmp/x")])
+    with pytest.raises(runall.RunAllError, match="notebook 00 has no parameter 'MAX_STEPS'"):
+        runall.parameters_for(nbs, [("00:MAX_STEPS", "3")])
+
+
+def test_empty_notebooks_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(runall.RunAllError, match="no numbered notebooks"):
+        runall.list_notebooks(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(tmp_path),
+                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no numbered notebooks" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# a real papermill execution: one notebook that records results, one that fails in a known cell
+
+def _notebook(path: Path, cells: list[tuple[str, str]]) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    for i, (kind, src) in enumerate(cells):
+        cell = (nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell)(src, id=f"c{i}")
+        if kind == "params":
+            cell.metadata["tags"] = ["parameters"]
+        nb.cells.append(cell)
+    nbformat.write(nb, str(path))
+
+
+def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    _notebook(nbdir / "00_good.ipynb", [
+        ("md", "# 00 · good"),
+        ("code", "from cookbook import report"),
+        ("params", 'OUTPUT_DIR: str = "runs/00_good"  # output\nSTEPS: int = 2  # steps'),
+        ("code", 'rec = report.Recorder(OUTPUT_DIR, "00_good", title="00 · good", target="none")\n'
+                 'rec.add(steps=STEPS)\nrec.headline(f"ran {STEPS} steps")'),
+    ])
+    _notebook(nbdir / "01_bad.ipynb", [
+        ("md", "# 01 · bad"),
+        ("params", 'OUTPUT_DIR: str = "runs/01_bad"  # output'),
+        ("code", "x = 1"),
+        ("code", "raise ValueError('boom in cell 3')"),
+        ("code", "y = 2"),
+    ])
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(out), "-p", "STEPS", "7", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # the failure names the notebook and the cell; the executed copy keeps the traceback
+    assert "01_bad" in proc.stderr and "(cell 4)" in proc.stderr
+    assert "failed in cell 4" in proc.stdout and "ValueError: boom in cell 3" in proc.stdout
+    executed = nbformat.read(str(out / "01_bad.ipynb"), as_version=4)
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert len(errors) == 1 and errors[0]["ename"] == "ValueError"
+    # the good one ran with the injected parameters, under its own folder
+    good = json.loads((out / "00_good" / "results.json").read_text())
+    assert good["steps"] == 7 and good["headline"] == ["ran 7 steps"]
+    summary = json.loads((out / "run-all.json").read_text())
+    assert [n["status"] for n in summary["notebooks"]] == ["ok", "failed"]
+    assert summary["notebooks"][1]["error"]["cell"] == 4
+    html_text = (out / "report.html").read_text()
+    assert "ran 7 steps" in html_text and "boom in cell 3" in html_text
+
+
+# ----------------------------------------------------------------------------------------------
+# report helpers
+
+def test_scaled_budget_is_the_same_bytes_per_parameter():
+    n_tiny, n_qwen = model_spec("tiny-qwen2").num_params, model_spec("qwen-14b").num_params
+    assert (n_tiny, n_qwen) == (354_880, 14_167_290_880)
+    budget = report.scaled_budget_gib(24.0, "tiny-qwen2", "qwen-14b")
+    assert budget == pytest.approx(24.0 * 354_880 / 14_167_290_880)
+    # 1.82 bytes per parameter: less than the 2 bytes of a replicated 16-bit copy (so ZeRO-2 cannot fit)
+    assert budget * GIB / n_tiny == pytest.approx(24 * GIB / n_qwen) == pytest.approx(1.819, abs=1e-3)
+    with pytest.raises(report.ReportError, match="gpu_memory_gib=0"):
+        report.scaled_budget_gib(0, "tiny-qwen2", "qwen-14b")
+
+
+def test_article_memory_table_numbers():
+    plan = Plan(model="qwen-14b", num_gpus=8, seq_len=512, micro_batch=1, grad_accum=16, zero_stage=2)
+    t = report.article_memory_table(plan).set_index("component")
+    n = 14_167_290_880
+    assert t.loc["16-bit parameters", "correct GiB"] == round(2 * n / GIB, 1) == 26.4
+    assert t.loc["fp32 master weights", "article GB"] == "omitted"          # article 002 leaves it out
+    assert t.loc["fp32 master weights", "correct GB"] == round(4 * n / 1e9, 1) == 56.7
+    assert t.loc["Adam m and v (fp32)", "article GB"] == 112.0
+    total = t.loc["TOTAL model states (all GPUs together)"]
+    assert total["correct GiB"] == round(20 * n / GIB, 1) == 263.9
+    assert "218 stated" in total["article GB"]
+    # per GPU under ZeRO-2 on 8 GPUs: 2N + 18N/8 (DeepSpeed's estimate_zero2_model_states_mem_needs)
+    assert t.loc["per GPU under ZeRO-2 on 8 GPU(s) (model states)", "correct GiB"] == round((2 * n + 18 * n / 8) / GIB, 1)
+    llama = report.article_memory_table(Plan(model="llama-7b", num_gpus=1, zero_stage=3)).set_index("component")
+    assert "86 stated (114 from its items)" in llama.loc["TOTAL model states (all GPUs together)", "article GB"]
+    with pytest.raises(report.ReportError, match="qwen-14b, llama-7b"):
+        report.article_memory_table(Plan(model="tiny-qwen2"))
+
+
+def test_throughput_ceiling_by_hand():
+    plan = Plan(model="llama-7b", num_gpus=1, seq_len=1024, micro_batch=2, grad_accum=8, zero_stage=3,
+                offload_optimizer="cpu", offload_param="cpu", gradient_checkpointing=True)
+    n, layers, h = 6_738_415_616, 32, 4096
+    fpt = (6 * n + 12 * layers * h * 1024) * 4 / 3
+    c = report.throughput_ceiling(plan)
+    assert c["compute_samples_per_s"] == pytest.approx(165.2e12 / (fpt * 1024))
+    assert c["pcie_samples_per_s"] == pytest.approx(2 * 31.5e9 / (4 * n))
+    assert c["ceiling_samples_per_s"] == pytest.approx(2.337, abs=1e-3)
+    assert c["ceiling_samples_per_s"] < 2.4  # article 001's claim is above it
+    assert report.throughput_ceiling(plan.replace(offload_param="none"))["pcie_samples_per_s"] is None
+
+
+def test_batch_sweep_zero2_never_fits_qwen14b_on_24gib():
+    plan = Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24, zero_stage=2)
+    ests = report.batch_sweep(plan, micro_batches=(1, 8), seq_lens=(256, 1024))
+    frame = report.batch_sweep_frame(ests)
+    assert list(zip(frame["micro batch"], frame["seq len"])) == [(1, 256), (1, 1024), (8, 256), (8, 1024)]
+    assert not frame["fits"].any()
+    assert (frame["model states GiB"] == round((2 * 14_167_290_880 + 18 * 14_167_290_880 / 8) / GIB, 2)).all()
+    fig = report.plot_batch_sweep(ests)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1×256", "1×1024", "8×256", "8×1024"]
+
+
+def test_choose_variant_takes_the_first_that_fits():
+    machine = Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24, host_memory_gib=512, seq_len=512,
+                   micro_batch=1, grad_accum=16)
+    chosen, ladder = report.choose_variant(machine)
+    assert chosen.plan.label == "ZeRO-3 + opt→cpu"
+    assert [e.fits for e in ladder][:3] == [False, False, False]
+    small = report.choose_variant(machine.replace(host_memory_gib=256))[0]
+    assert small.plan.label == "ZeRO-3 + opt→nvme + param→nvme"   # 136 GiB of host RAM; CPU offload needs 326+
+    assert report.choose_variant(machine.replace(host_memory_gib=64))[0] is None
+
+
+def test_recorder_writes_results_and_figures(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    rec = report.Recorder(tmp_path / "nb", "02_zero2", title="t", target="8 × RTX 4090", rehearsal=True, a=1)
+    rec.add(frame=report.batch_sweep_frame(report.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,))))
+    rec.headline("h1")
+    run = {"status": "ok", "message": "m", "run_dir": "r", "command": "c", "duration_s": 3.0,
+           "summary": {"world_size": 2, "device": "cpu", "first5_mean_loss": 7.5, "last5_mean_loss": 5.5,
+                       "tokens_per_s": 100.0, "host_peak_gib": 1.2},
+           "metrics": [{"loss": 7.6}, {"loss": 5.4}], "estimate": {"gpu_gib": {"total": 0.0},
+                                                                   "host_gib": {"total": 1.1}, "device": "cpu"},
+           "details": {"traceback": "a\nb\nc"}}
+    r = rec.run("ZeRO-2", run)
+    assert r["loss_fell"] and r["losses"] == [7.6, 5.4] and r["hardware"] == "CPU rehearsal (2 ranks)"
+    assert r["details"]["traceback_tail"] == "a\nb\nc" and "traceback" not in r["details"]
+    rec.figure(report.plot_loss({"ZeRO-2": run}), "loss")
+    data = json.loads((tmp_path / "nb" / "results.json").read_text())
+    assert data["a"] == 1 and data["headline"] == ["h1"] and data["figures"] == ["figures/loss.png"]
+    assert data["frame"][0]["micro batch"] == 1 and data["runs"]["ZeRO-2"]["estimate_host_gib"] == 1.1
+    assert (tmp_path / "nb" / "figures" / "loss.png").stat().st_size > 1000
+    frame = report.runs_frame({"ZeRO-2": r})
+    assert frame.loc["ZeRO-2", "loss last 5"] == 5.5 and frame.loc["ZeRO-2", "estimate host GiB"] == 1.1
+    page = report.write_html_report(tmp_path, [{"name": "02_zero2", "status": "ok", "duration_s": 1.0,
+                                                "executed": str(tmp_path / "02_zero2.ipynb"),
+                                                "output_dir": str(tmp_path / "nb")}])
+    text = page.read_text()
+    assert "ZeRO variants side by side" in text and "data:image/png;base64," in text and "h1" in text
+
+
+def test_reference_results_tolerate_absence_and_formats(tmp_path):
+    assert report.reference_results(directory=tmp_path / "missing") == []
+    assert report.reference_frame(directory=tmp_path / "missing").empty
+    (tmp_path / "02_h200.json").write_text(json.dumps(
+        {"hardware": "NVIDIA H200", "emulate_gpu_memory_gib": 24, "runs": [
+            {"notebook": "02_zero2", "zero_stage": 2, "status": "gpu_oom"},
+            {"notebook": "04_zero3_offload", "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu",
+             "summary": {"tokens_per_s": 900.0, "peak_gpu_reserved_gib": 9.5, "world_size": 8}}]}))
+    (tmp_path / "broken.json").write_text("{not json")
+    rows = report.reference_results("04", directory=tmp_path)
+    assert len(rows) == 1 and rows[0]["_file"] == "02_h200.json"
+    frame = report.reference_frame("04", directory=tmp_path)
+    assert frame.loc[0, "hardware"] == "NVIDIA H200 (capped at 24 GiB)"
+    assert frame.loc[0, "run"] == "ZeRO-3 + opt→cpu + param→cpu"
+    assert frame.loc[0, "tokens/s"] == 900.0 and frame.loc[0, "world size"] == 8
+    assert any("_error" in r for r in report.reference_results(directory=tmp_path))
+
+
+def test_inspect_saved_model_needs_weights(tmp_path):
+    with pytest.raises(report.ReportError, match="no \\*.safetensors files"):
+        report.inspect_saved_model(tmp_path)
