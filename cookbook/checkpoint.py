@@ -122,3 +122,66 @@ def find_resumable(root: Path) -> tuple[Path | None, list[str]]:
 
 def checkpoint_step(folder: Path) -> int:
     return int(json.loads((Path(folder) / "trainer_state.json").read_text())["step"])
+
+
+# ----------------------------------------------------------------------------------------------
+# fp32 weights from a DeepSpeed checkpoint (DeepSpeed's zero_to_fp32)
+
+def fp32_conversion_host_gib(num_params: int) -> float:
+    """Host RAM DeepSpeed's ``zero_to_fp32`` needs, GiB: it loads every rank's fp32 master-weight
+    partition (4 bytes per parameter over all ranks) and builds the merged fp32 state dict (another
+    4 bytes per parameter): about 8·N bytes (deepspeed/utils/zero_to_fp32.py,
+    ``_get_fp32_state_dict_from_zero*_checkpoint``). LLaMA-7B: ~50 GiB; Qwen-14B: ~106 GiB."""
+    return 8 * num_params / 2 ** 30
+
+
+def to_fp32(checkpoint: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """Write fp32 weights (safetensors) from a cookbook checkpoint with DeepSpeed's ``zero_to_fp32``,
+    plus the config and tokenizer, so ``AutoModelForCausalLM.from_pretrained(output_dir)`` loads them.
+
+    Args:
+        checkpoint: ``OUTPUT_DIR/checkpoints/step-N`` (or a run's ``OUTPUT_DIR``: its latest checkpoint).
+        output_dir: where to write.
+
+    Raises:
+        FileNotFoundError: no complete checkpoint there.
+    """
+    from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_state_dict
+    folder = Path(checkpoint)
+    if (folder / "checkpoints").is_dir():
+        found, _ = find_resumable(folder / "checkpoints")
+        if found is None:
+            raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: no complete checkpoint under {folder / 'checkpoints'}")
+        folder = found
+    ok, why = is_complete(folder)
+    if not ok:
+        raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: {why}")
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    convert_zero_checkpoint_to_state_dict(str(folder / "deepspeed"), str(out), safe_serialization=True, tag="pytorch_model")
+    for f in (folder / "hf").iterdir():
+        if f.suffix in (".json", ".model", ".txt") and not f.name.endswith(".index.json"):
+            shutil.copy2(f, out / f.name)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def _to_fp32_cli(args) -> int:
+    try:
+        out = to_fp32(args.checkpoint, args.output_dir)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}")
+        return 2
+    print(f"fp32 weights written to {out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("to-fp32", help="fp32 weights from a checkpoint (DeepSpeed's zero_to_fp32)",
+                              description=to_fp32.__doc__.splitlines()[0] + " Needs about 8 bytes of host RAM "
+                                          "per parameter (LLaMA-7B ~50 GiB, Qwen-14B ~106 GiB).")
+    p.add_argument("checkpoint", help="OUTPUT_DIR/checkpoints/step-N, or a run's OUTPUT_DIR for its latest checkpoint")
+    p.add_argument("output_dir", help="where to write model.safetensors + config")
+    p.set_defaults(func=_to_fp32_cli)

@@ -320,6 +320,27 @@ def default_precision() -> str:
         return "fp32"
 
 
+def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:
+    """Remove JIT-build lock files older than ``max_age_s`` from torch's extensions folder.
+
+    DeepSpeed builds its ops (CPU Adam, the CPU backend's shared-memory comm op) with
+    ``torch.utils.cpp_extension.load``, which guards each build folder with an empty ``lock`` file
+    (``torch/utils/file_baton.py``) and makes every other process wait until it disappears. A rank
+    killed while holding it leaves it behind and every later run then waits forever at startup.
+    A build takes well under ``max_age_s``; an older lock is stale. Returns the paths removed.
+    """
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    removed = []
+    for lock in root.glob("*/*/lock") if root.is_dir() else []:
+        try:
+            if time.time() - lock.stat().st_mtime > max_age_s:
+                lock.unlink()
+                removed.append(str(lock))
+        except OSError:
+            pass
+    return removed
+
+
 # ----------------------------------------------------------------------------------------------
 # classification of a finished run
 
@@ -394,7 +415,7 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
     if killed or re.search(r"exitcode\s*:\s*-9|Signal 9 \(SIGKILL\)", launcher) or returncode in (-9, 137):
         rank = int(killed.group(1)) if killed else None
         msg = (f"rank {rank if rank is not None else '?'} was killed by signal 9 (SIGKILL). That is almost always the "
-               "kernel's out-of-memory killer: host RAM ran out"
+               "kernel's OOM killer (out of host RAM)"
                + (f" (the host estimate for this plan is {host_est:.1f} GiB per machine)" if host_est else "")
                + ". Check `dmesg | grep -i oom`; use bf16 optimizer states, NVMe offload, fewer ranks per machine, "
                  "or more RAM. Swap does not help: pinned memory cannot be swapped.")
@@ -450,7 +471,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            bf16_states: bool = False, emulate_gpu_memory_gib: float | None = None, verify_save: str = "full",
            final_save: bool = True, force: bool = False, dry_run: bool = False, hang_timeout_s: float = 900.0,
            env: dict | None = None, progress: bool = True, raise_on_error: bool = False,
-           extra_args: tuple = (), main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
+           startup_timeout_s: float | None = None, extra_args: tuple = (), main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
            trust_remote_code: bool = False) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
@@ -469,6 +490,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         force: launch even when the estimate says it will not fit (lint errors always stop it).
         dry_run: write the run folder and return the command without running it.
         hang_timeout_s: seconds without any output from rank 0 before the watchdog stops the run.
+        startup_timeout_s: the same limit before rank 0's first line (imports, process-group setup);
+            default ``max(hang_timeout_s, 600)``: a 7B model takes minutes to initialise.
         env: extra environment variables for the ranks (they win over recommendations).
         progress: show a tqdm bar of steps with loss and tokens/s.
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
@@ -491,12 +514,25 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             r.raise_for_status()
         return r
 
-    # 1. the config: the user's (linted) or built from the plan
+    # 1. the training inputs (options, model, tokenizer, data, output folder), before anything else
+    try:
+        parsed = argparse.ArgumentParser()
+        add_train_arguments(parsed)
+        validate_inputs(parsed.parse_args(targs), plan.world_size)
+    except TrainInputError as exc:
+        return result("config_error", str(exc), command="")
+    except SystemExit:
+        return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
+
+    # 2. the config: the user's (linted) or built from the plan
     if config is None:
-        from .dsconfig import build_config
+        from .dsconfig import ConfigError, build_config
         warm = warmup_steps if warmup_steps is not None else max(1, max_steps // 20)
-        ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warm, total_steps=max_steps,
-                                 bf16_states=bf16_states)
+        try:
+            ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warm, total_steps=max_steps,
+                                     bf16_states=bf16_states)
+        except ConfigError as exc:
+            return result("config_error", str(exc), command="")
     elif isinstance(config, dict):
         ds_config = config
     else:
@@ -507,19 +543,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                           findings=[f.to_dict() for f in report])
         ds_config = json.loads(Path(config).read_text())
 
-    # 2. pre-launch guard: lint errors, input errors, the estimate
+    # 3. pre-launch guard: lint errors and the estimate
     findings, est, refusals = _guard(plan, ds_config, user_config=config is not None, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib)
     lint_errors = [f for f in findings if f["severity"] == "error"]
-    try:
-        parsed = argparse.ArgumentParser()
-        add_train_arguments(parsed)
-        validate_inputs(parsed.parse_args(targs), plan.world_size)
-    except TrainInputError as exc:
-        return result("config_error", str(exc), command="", findings=findings, estimate=est)
-    except SystemExit:
-        return result("config_error", f"invalid training options: {shlex.join(targs)}", command="",
-                      findings=findings, estimate=est)
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
                          main_process_port=main_process_port)
@@ -536,13 +563,15 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return result("dry_run", "run folder written; the command was not run", command=command,
                       findings=findings, estimate=est)
 
-    # 3. run
+    # 4. run
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     for old in log_dir.glob("*.log"):
         old.unlink()
     child, added = child_env(plan, env, log_dir=log_dir)
-    returncode, hung = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress, max_steps)
+    stale = clear_stale_build_locks()
+    startup = startup_timeout_s if startup_timeout_s is not None else max(hang_timeout_s, 600.0)
+    returncode, hung = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress, max_steps, startup)
     status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() and status == "ok" else (
@@ -552,12 +581,14 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     logs = {"launcher": str(log_dir / "launcher.log")}
     logs.update({p.stem: str(p) for p in sorted(log_dir.glob("rank*.log"))})
     details = dict(details, env_added=added)
+    if stale:
+        details["stale_build_locks_removed"] = stale
     return result(status, message, command=command, returncode=returncode, summary=summary, metrics=metrics,
                   log_paths=logs, findings=findings, estimate=est, details=details)
 
 
 def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress: bool,
-                   max_steps: int) -> tuple[int | None, bool]:
+                   max_steps: int, startup_timeout_s: float) -> tuple[int | None, bool]:
     """Run the launcher(s) in new process groups; stream rank 0's steps; stop everything on a hang."""
     bar = None
     if progress:
@@ -590,7 +621,8 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                             bar.n = row["step"]
                             bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
                             bar.refresh()
-            if time.time() - last_activity > hang_timeout_s:
+            limit = hang_timeout_s if offset else startup_timeout_s
+            if time.time() - last_activity > limit:
                 hung = True
                 _stop(procs)
                 break
@@ -644,6 +676,7 @@ def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> N
     p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM for the estimate (default: this machine's)")
     p.add_argument("--force", action="store_true", help="launch even when the estimate says it will not fit")
     p.add_argument("--hang-timeout", type=float, default=900.0, help="seconds without progress before the watchdog stops the run")
+    p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     if with_config:
@@ -668,7 +701,7 @@ def _cli(args) -> int:
                  dataset=args.dataset, tokenizer=args.tokenizer, seed=args.seed, bf16_states=args.bf16_states,
                  emulate_gpu_memory_gib=args.emulate_gpu_memory_gib, verify_save=args.verify_save,
                  final_save=args.final_save, force=args.force, dry_run=getattr(args, "dry_run", False),
-                 hang_timeout_s=args.hang_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
+                 hang_timeout_s=args.hang_timeout, startup_timeout_s=args.startup_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
                  main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code)
     if args.json:
         print(json.dumps({"status": res.status, "message": res.message, "run_dir": res.run_dir,

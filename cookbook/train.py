@@ -331,8 +331,21 @@ def _redirect_output_to_rank_log() -> None:
     os.close(fd)
 
 
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM (sent by torchrun when a peer fails, and by the launch helper's watchdog) into
+    ``SystemExit``, so ``finally`` blocks run — notably the release of torch's JIT-build lock file
+    (``torch/utils/file_baton.py``), which a killed rank would otherwise leave behind, blocking
+    every later run at startup."""
+    import signal
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     _redirect_output_to_rank_log()
+    _exit_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m cookbook.train", description=__doc__.splitlines()[0])
     add_train_arguments(parser)
     args = parser.parse_args(argv)
@@ -340,7 +353,19 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args)
     except TrainInputError as exc:
         print(f"{ERROR_PREFIX}{exc}", file=sys.stderr, flush=True)
-        return 2
+        code = 2
+    except SystemExit as exc:  # SIGTERM (see _exit_on_sigterm)
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - report, then leave without the process-group teardown
+        import traceback
+        traceback.print_exc()
+        code = 1
+    # A rank that failed must not wait in the distributed teardown (gloo/NCCL destructors and
+    # atexit hooks block on peers that are still inside a collective): leave at once so the
+    # launcher sees the exit and stops the others.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
@@ -663,14 +688,16 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "resumed_from": resumed_from, "save_verification": verification,
         "deepspeed_config": ds_config,
     }
-    summary.update(estimate_beside_measurement(args, world, zero, precision, gradient_checkpointing, measured,
+    summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,
                                                device_name is None))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
 
-def estimate_beside_measurement(args, world, zero, precision, gradient_checkpointing, measured, on_cpu) -> dict:
-    """The memory estimator's prediction for this run next to what was measured."""
+def estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured, on_cpu) -> dict:
+    """The memory estimator's prediction for this run (with the run's own DeepSpeed config, so its
+    bucket sizes count) next to what was measured."""
+    zero = ds_config.get("zero_optimization") or {}
     try:
         from .memory import compare, estimate
         from .plan import Plan
@@ -682,7 +709,7 @@ def estimate_beside_measurement(args, world, zero, precision, gradient_checkpoin
                     precision=precision, zero_stage=zero.get("stage", 0) if zero else 0,
                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
                     gradient_checkpointing=bool(gradient_checkpointing), nvme_path=args.nvme_path)
-        kwargs = {"bf16_states": bool(args.bf16_states)}
+        kwargs = {"bf16_states": bool(args.bf16_states), "ds_config": ds_config}
         if on_cpu:
             kwargs["device"] = "cpu"
         try:

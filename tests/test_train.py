@@ -75,6 +75,12 @@ def test_saved_model_reloads_with_from_pretrained_and_matches_logits(tmp_path):
     assert loss_trained < res.summary["first_loss"]
     v = res.summary["save_verification"]
     assert v["max_abs_logit_diff"] <= 1e-3
+    # DeepSpeed's zero_to_fp32 gives the same weights (this run trained in fp32)
+    from cookbook.checkpoint import fp32_conversion_host_gib, to_fp32
+    fp32 = AutoModelForCausalLM.from_pretrained(to_fp32(res.run_dir, tmp_path / "fp32"))
+    for a, b in zip(fp32.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+    assert fp32_conversion_host_gib(6_738_415_616) == pytest.approx(50.2, abs=0.1)
 
 
 def _losses(run_dir) -> dict:
