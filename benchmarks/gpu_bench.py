@@ -59,6 +59,31 @@ def make_long_dataset(path: Path, *, examples: int = 128, records_per_example: i
     return path
 
 
+def weights_dir(work: Path, model: str) -> Path:
+    return Path(work) / "weights" / Path(model).name
+
+
+def make_weights(model: str, out: Path) -> Path:
+    """Random bf16 weights for ``model`` (a config folder), initialised on the GPU and saved as
+    safetensors beside a copy of the config: a ZeRO-1/2 run then loads them in seconds instead of
+    initialising billions of parameters on the CPU (minutes)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    if (out / "model.safetensors.index.json").is_file() or (out / "model.safetensors").is_file():
+        return out
+    from cookbook.models import resolve_model_path
+    config = AutoConfig.from_pretrained(str(resolve_model_path(model)[0]), local_files_only=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(1234)
+    with torch.device(device):
+        m = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    m.save_pretrained(tmp, safe_serialization=True)
+    os.replace(tmp, out)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # rungs and suites
 
@@ -83,6 +108,7 @@ class Rung:
     env: tuple = ()                   # extra (NAME, value) pairs for the ranks
     timeout_s: float = 300.0
     expect: str = "ok"                # "ok" or "gpu_oom": what the estimate predicts / the story needs
+    weights: bool = False             # load random weights saved once on this machine (fast start, ZeRO-1/2)
 
 
 LLAMA3B = str(MODELS / "llama-3b")
@@ -127,9 +153,34 @@ def gpu_suites() -> dict:
         "B": [Rung("stock-llama-article", "stock", zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
                    micro_batch=2, grad_accum=8, stock="llama-article", max_steps=5, **L)],
     }
+    # call 2: what call 1 could not finish (3B ZeRO-1/2 rungs load saved weights: CPU init took minutes)
+    S = dict(zero_stage=3, offload_optimizer="cpu", offload_param="cpu", micro_batch=2, grad_accum=8, max_steps=4,
+             timeout_s=240, **L)
+    call2_lanes = {
+        "A": [Rung("ladder-z3-offopt", "ladder_1rank", zero_stage=3, offload_optimizer="cpu", max_steps=5, **L),
+              Rung("ladder-z3-offall", "ladder_1rank", zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
+                   max_steps=5, **L),
+              Rung("stock-accelerate", "stock", stock="accelerate", **S)],
+        "B": [Rung("ladder-z2", "ladder_1rank", zero_stage=2, max_steps=3, timeout_s=150, expect="gpu_oom",
+                   weights=True, **L),
+              Rung("ladder-z3", "ladder_1rank", zero_stage=3, max_steps=3, timeout_s=150, expect="gpu_oom", **L),
+              Rung("stock-llama-factory", "stock", stock="llama-factory", **S),
+              Rung("stock-llama-article", "stock", stock="llama-article", **S)],
+    }
+    call2_two = {"AB": [
+        Rung("qwen3b-2rank-z3-offall", "issue10", zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
+             max_steps=5, **Q),
+        Rung("qwen3b-2rank-z3", "issue10", zero_stage=3, max_steps=3, timeout_s=150, expect="gpu_oom", **Q),
+        Rung("qwen3b-2rank-z3-offall-p2p-off", "issue10", zero_stage=3, offload_optimizer="cpu",
+             offload_param="cpu", max_steps=5, **dict(Q, env=Q["env"] + (("NCCL_P2P_DISABLE", "1"),))),
+        Rung("qwen3b-2rank-z2", "issue10", zero_stage=2, max_steps=3, timeout_s=150, expect="gpu_oom", weights=True, **Q),
+        Rung("llama3b-2rank-recipe", "ladder_2rank", num_gpus=2, zero_stage=2, offload_optimizer="cpu",
+             micro_batch=8, grad_accum=1, max_steps=5, weights=True, env=(("OMP_NUM_THREADS", "16"),), **L),
+    ]}
     return {
         "call1": ["ceilings", {"A": ladder, "B": lane_b1}, {"AB": two_rank}],
-        "call2": ["ceilings", {"AB": issue10}, stock_rest],
+        "call2": [("prepare", (LLAMA3B, QWEN3B)), call2_lanes, call2_two],
+        "call1b": ["ceilings", {"AB": issue10}, stock_rest],
         "smoke": ["ceilings"],
     }
 
@@ -138,7 +189,8 @@ def rehearsal_suite() -> list:
     """The same shape on the CPU (DS_ACCELERATOR=cpu): tiny models, short sequences, 2 lanes."""
     T = dict(model="tiny-llama", seq_len=128, micro_batch=4, grad_accum=1, max_steps=3, lr=3e-3, timeout_s=240)
     return ["ceilings",
-            {"A": [Rung("cpu-z2-offopt", "ladder_1rank", zero_stage=2, offload_optimizer="cpu", **T),
+            ("prepare", ("tiny-llama",)),
+            {"A": [Rung("cpu-z2-offopt", "ladder_1rank", zero_stage=2, offload_optimizer="cpu", weights=True, **T),
                    Rung("cpu-z3-offall", "ladder_1rank", zero_stage=3, offload_optimizer="cpu", offload_param="cpu", **T)],
              "B": [Rung("cpu-stock-llama-article", "stock", zero_stage=3, offload_optimizer="cpu",
                         offload_param="cpu", stock="llama-article", **dict(T, micro_batch=2, grad_accum=2)),
@@ -170,7 +222,10 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     from cookbook.plan import Plan
 
     precision = "bf16" if on_gpu else "fp32"
-    plan = Plan(model=rung.model, num_gpus=rung.num_gpus, gpu_memory_gib=24.0, seq_len=rung.seq_len,
+    model = rung.model
+    if rung.weights:
+        model = str(weights_dir(run_dir.parent.parent, rung.model))
+    plan = Plan(model=model, num_gpus=rung.num_gpus, gpu_memory_gib=24.0, seq_len=rung.seq_len,
                 micro_batch=rung.micro_batch, grad_accum=rung.grad_accum, precision=precision,
                 zero_stage=rung.zero_stage, offload_optimizer=rung.offload_optimizer,
                 offload_param=rung.offload_param, gradient_checkpointing=True)
@@ -183,7 +238,14 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
         from cookbook.dsconfig import build_config
         config = build_config(plan, "accelerate", lr=rung.lr, warmup_steps=1, total_steps=rung.max_steps,
                               bf16_states=bf16_states)
+    if rung.offload_optimizer == "none" and "optimizer" in config:
+        # DeepSpeed's FusedAdam is JIT-built with nvcc on first use (a minute, and DeepSpeed 0.19.8
+        # cannot parse torch 2.11's '9.0a' arch names without TORCH_CUDA_ARCH_LIST); torch's AdamW
+        # holds the same 8 bytes of state per parameter, so the memory result is the same
+        config["optimizer"]["params"]["torch_adam"] = True
+        changes.append("optimizer.params.torch_adam: true (no FusedAdam JIT build; same state bytes)")
     env = dict(rung.env)
+    env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0)) // rung.num_gpus))
     t0 = time.time()
     res = launch(plan, run_dir, config=config, max_steps=rung.max_steps, lr=rung.lr, warmup_steps=1,
@@ -232,8 +294,11 @@ def _rung_child(argv) -> int:
     try:
         rec = run_rung(rung, Path(a.run_dir), Path(a.dataset), a.on_gpu)
     except KeyboardInterrupt:
+        mpath = Path(a.run_dir) / "metrics.jsonl"
+        metrics = [json.loads(l) for l in mpath.read_text().splitlines() if l.strip()] if mpath.is_file() else []
         rec = {"name": rung.name, "group": rung.group, "rung": dataclasses.asdict(rung), "status": "timeout",
-               "message": f"stopped by the benchmark's wall-clock limit ({rung.timeout_s:.0f} s)"}
+               "message": f"stopped by the benchmark's wall-clock limit ({rung.timeout_s:.0f} s) after "
+                          f"{len(metrics)} step(s)", "metrics": metrics}
     Path(a.result).write_text(json.dumps(rec, indent=1, default=str))
     return 0
 
@@ -348,10 +413,31 @@ class Driver:
             self.log(f"{rung.name}: {rec['status']} in {rec['wall_s']} s — {str(rec.get('message'))[:300]}")
             self.save()
 
+    def prepare(self, models: list[str]) -> None:
+        """Build DeepSpeedCPUAdam (JIT, ~50 s) and save random weights of ``models``, in parallel:
+        model i on GPU i % 2."""
+        self.log(f"prepare: cpu_adam build, weights for {[Path(m).name for m in models]}")
+        jit = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import CPUAdamBuilder; "
+                                "CPUAdamBuilder().load()"], cwd=ROOT, stdout=open(self.work / "jit.log", "w"),
+                               stderr=subprocess.STDOUT)
+        procs = []
+        for i, m in enumerate(models):
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i % 2))
+            code = (f"from benchmarks.gpu_bench import make_weights; from pathlib import Path; "
+                    f"make_weights({m!r}, Path({str(weights_dir(self.work, m))!r}))")
+            procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                                          stdout=open(self.work / f"weights-{i}.log", "w"), stderr=subprocess.STDOUT))
+        for p in procs + [jit]:
+            p.wait()
+        self.log(f"prepare: done, exit codes {[p.returncode for p in procs + [jit]]}")
+
     def run(self, suite: list) -> None:
         for phase in suite:
             if phase == "ceilings":
                 self.ceilings()
+                continue
+            if isinstance(phase, tuple) and phase[0] == "prepare":
+                self.prepare(list(phase[1]))
                 continue
             threads = [threading.Thread(target=self.run_lane, args=(lane, rungs)) for lane, rungs in phase.items()]
             for th in threads:
@@ -382,7 +468,7 @@ def main(argv=None) -> int:
     suite = suites[a.suite]
     if a.only:
         keep = set(a.only.split(","))
-        suite = [ph if ph == "ceilings" else {k: [r for r in v if r.name in keep] for k, v in ph.items()}
+        suite = [ph if not isinstance(ph, dict) else {k: [r for r in v if r.name in keep] for k, v in ph.items()}
                  for ph in suite]
     driver = Driver(Path(a.out), Path(a.work), a.deadline_s, on_gpu)
     driver.log(f"suite {a.suite}, on_gpu={on_gpu}, deadline {a.deadline_s:.0f} s")
