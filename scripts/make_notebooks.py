@@ -13,6 +13,7 @@ gives the same files.
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 import textwrap
 from pathlib import Path
@@ -57,6 +58,10 @@ def build(stem: str, cells: list[dict]):
         if c["kind"] == "markdown":
             cell = nbformat.v4.new_markdown_cell(c["source"], id=cid)
         else:
+            try:
+                ast.parse(c["source"])
+            except SyntaxError as exc:
+                raise SystemExit(f"{stem}, cell {i}: {exc}\n{c['source']}") from None
             cell = nbformat.v4.new_code_cell(c["source"], id=cid)
             if c["tags"]:
                 cell.metadata["tags"] = c["tags"]
@@ -106,6 +111,7 @@ def reference_cells(number: str) -> list[dict]:
         code(f"""
         reference = report.reference_frame("{number}")
         rec.table("measured on GPUs (data/reference)", reference)
+        reference if len(reference) else "no GPU measurements recorded for this notebook yet (data/reference/)"
         """),
     ]
 
@@ -440,7 +446,7 @@ def step_notebook(number: str, stem: str, name: str, goal: str, previous: str, n
                         host_memory_gib=HOST_MEMORY_GIB or None, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH, grad_accum=GRAD_ACCUM,
                         precision=PRECISION, **VARIANT)
         WARMUP_STEPS = max(1, MAX_STEPS // 20)  # the launch helper's default warm-up: 5 % of the steps
-    HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
+        HANG_TIMEOUT_S = 300.0 if REHEARSAL else 900.0  # seconds without output from rank 0 before the watchdog stops a run
         rec = report.Recorder(OUTPUT_DIR, "{stem}", title="{number} · {name}",
                               target=f"{{TARGET_GPUS}} × RTX 4090 ({{GPU_MEMORY_GIB:g}} GiB), {{TARGET_MODEL}}",
                               rehearsal=REHEARSAL, variant=target.label)
