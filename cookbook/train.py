@@ -422,12 +422,14 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     folder, _ = resolve_model_path(args.model)
     precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
-    if args.trust_remote_code:
-        _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with --trust-remote-code)")
+    _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with "
+                 "--trust-remote-code)" if args.trust_remote_code else "[model] trust_remote_code=False: only "
+                 "transformers' own modelling code runs")
     if spec.has_weights:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None,
                                                      trust_remote_code=args.trust_remote_code, local_files_only=True)
-        origin = f"weights from {folder}"
+        safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
+        origin = f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
     else:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=args.trust_remote_code, local_files_only=True)
         torch.manual_seed(args.seed)
