@@ -208,7 +208,7 @@ def hardware_label(result_or_summary=None) -> str:
     device = s.get("device") or "cpu"
     world = s.get("world_size")
     if device == "cpu":
-        return f"CPU rehearsal ({world} ranks)" if world else "CPU rehearsal"
+        return f"CPU rehearsal ({world} rank{'s' if world != 1 else ''})" if world else "CPU rehearsal"
     return f"{world} × {device}" if world else str(device)
 
 
@@ -363,7 +363,7 @@ def plot_runs(runs: Mapping[str, Any], *, title: str = ""):
     Returns:
         the matplotlib Figure.
     """
-    fig, (ax_m, ax_t) = _new_figure(ncols=2, figsize=(11, 4))
+    fig, (ax_m, ax_t) = _new_figure(ncols=2, figsize=(max(11.0, 2.4 * len(runs)), 4.5))
     labels, est, meas, tput, unit = [], [], [], [], set()
     for label, run in runs.items():
         r = _as_record(run)
@@ -379,6 +379,8 @@ def plot_runs(runs: Mapping[str, Any], *, title: str = ""):
             meas.append(r.get("host_peak_gib") or 0.0)
         tput.append(r.get("tokens_per_s") or 0.0)
     x = list(range(len(labels)))
+    for ax in (ax_m, ax_t):
+        ax.set_xlim(-0.75, len(labels) - 0.25)
     ax_m.bar([i - 0.2 for i in x], est, width=0.4, label="estimate", color="#9ecae1")
     ax_m.bar([i + 0.2 for i in x], meas, width=0.4, label="measured peak", color="#3182bd")
     ax_m.set_xticks(x)
@@ -826,6 +828,18 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
                      "the measured peak: GPU per rank on GPUs, host RSS of all ranks on the CPU rehearsal), "
                      "throughput (median step) and loss (mean of the first and last 5 steps).</p>"
                      + vf.to_html(index=False, na_rep="–"))
+    runs = {f"{res['notebook'][:2]} {label}": r for res in results if res
+            for label, r in (res.get("runs") or {}).items() if r.get("status") == "ok"}
+    if runs:
+        figdir = out / "report_figures"
+        figdir.mkdir(exist_ok=True)
+        import matplotlib.pyplot as plt
+        for name, fig in (("loss", plot_loss(runs, title="every completed run: loss per step")),
+                          ("memory_throughput", plot_runs(runs, title="every completed run"))):
+            fig.savefig(figdir / f"{name}.png", dpi=110, bbox_inches="tight")
+            plt.close(fig)
+            parts.append(_img_tag(figdir / f"{name}.png" if embed_images else Path("report_figures") / f"{name}.png",
+                                  embed_images))
     ref = reference_frame()
     if len(ref):
         parts.append("<h2>Measured on GPUs (data/reference)</h2>" + ref.to_html(index=False, na_rep="–"))

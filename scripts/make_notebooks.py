@@ -820,7 +820,7 @@ NB05 = [
     rec.add(lint_errors=len(target_lint.errors) + len(run_lint.errors), lint_findings=target_lint.to_frame())
     print(f"target config: {len(target_lint.errors)} error(s), {len(target_lint.warnings)} warning(s); "
           f"run config: {len(run_lint.errors)} error(s), {len(run_lint.warnings)} warning(s)")
-    target_lint
+    target_lint if len(target_lint) else "no findings: the target's config agrees with its plan"
     """),
     md("""
     ## 5. Launch, with live progress
