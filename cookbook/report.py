@@ -751,6 +751,33 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
     return pd.DataFrame(rows)
 
 
+def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os.PathLike | None = None):
+    """This notebook's runs and the GPU measurements for the same notebook in one table, each row
+    labelled with the hardware it came from (columns: hardware, run, status, world size, loss first,
+    loss last, tokens/s, peak GPU GiB, peak host GiB, source).
+
+    Args:
+        runs: label -> :class:`~cookbook.launch.RunResult` or :func:`run_record` dict (this run).
+        notebook: ``"02"`` or ``"02_zero2"`` (see :func:`reference_results`).
+    """
+    import pandas as pd
+    rows = []
+    for label, run in runs.items():
+        r = _as_record(run)
+        rows.append({"hardware": r.get("hardware"), "run": label, "status": r.get("status"),
+                     "world size": r.get("world_size"), "loss first": _round(r.get("first5_mean_loss"), 3),
+                     "loss last": _round(r.get("last5_mean_loss"), 3), "tokens/s": _round(r.get("tokens_per_s"), 1),
+                     "peak GPU GiB": _round(r.get("peak_gpu_reserved_gib"), 2),
+                     "peak host GiB": _round(r.get("host_peak_gib"), 2), "source": "this run"})
+    ref = reference_frame(notebook, directory)
+    for _, r in ref.iterrows():
+        rows.append({"hardware": r["hardware"], "run": r["run"], "status": r["status"], "world size": r["world size"],
+                     "loss first": r["loss first"], "loss last": r["loss last"], "tokens/s": r["tokens/s"],
+                     "peak GPU GiB": r["peak GPU GiB"], "peak host GiB": r["peak host GiB"],
+                     "source": f"data/reference/{r['file']}"})
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------------------------
 # the run-all report
 
@@ -877,7 +904,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
 
 
 __all__ = ["ARTICLE_MEMORY_CLAIMS", "choose_variant", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "Recorder", "ReportError",
-           "FACTS_DIR", "article_config", "article_config_path", "check_recorded", "article_memory_table", "batch_sweep", "batch_sweep_frame",
+           "FACTS_DIR", "article_config", "article_config_path", "beside_reference", "check_recorded", "article_memory_table", "batch_sweep", "batch_sweep_frame",
            "hardware_label", "inspect_saved_model", "load_results", "plot_batch_sweep", "plot_loss", "plot_runs",
            "reference_frame", "reference_results", "rehearsal", "run_record", "runs_frame", "scaled_budget_gib",
            "throughput_ceiling", "variants_frame", "write_html_report"]

@@ -15,6 +15,12 @@ For each notebook ``notebooks/NN_*.ipynb`` (in order; ``--only`` picks some by n
 3. writes ``DIR/report.html`` (every notebook's headline numbers, tables and figures, and the ZeRO
    variants side by side; :func:`cookbook.report.write_html_report`) and ``DIR/run-all.json``.
 
+On a GPU box the same notebooks run the real sizes, e.g. on 8 H200s acting as 8 × RTX 4090::
+
+    cookbook run-all --output-dir runs/gpu -p MODEL qwen-14b -p NUM_GPUS 8 -p SEQ_LEN 512 \
+        -p MICRO_BATCH 1 -p GRAD_ACCUM 16 -p EMULATE_GPU_MEMORY_GIB 24 -p LR 1e-5 -p MAX_STEPS 20 \
+        -p 06:MODEL llama-7b -p 06:NUM_GPUS 1 -p 06:SEQ_LEN 1024 -p 06:MICRO_BATCH 2 -p 06:GRAD_ACCUM 8
+
 Exit code 0 when every notebook ran; 1 when one failed (the message names the notebook and the
 cell); 2 for bad arguments. The notebooks are independent (each writes only under its own folder),
 so a failure does not stop the others unless ``--stop-on-failure``.
@@ -162,6 +168,8 @@ def parameters_for(notebooks: list[Path], pairs: list[tuple[str, str]]) -> dict[
     """
     declared = {p.stem: declared_parameters(p) for p in notebooks}
     out: dict[str, dict] = {p.stem: {} for p in notebooks}
+    # a qualified name (06:MODEL) wins over the plain one (MODEL), whatever their order
+    pairs = sorted(pairs, key=lambda pair: ":" in pair[0])
     for raw_name, raw_value in pairs:
         target, name = (raw_name.split(":", 1) if ":" in raw_name else (None, raw_name))
         if name == "OUTPUT_DIR":
@@ -326,6 +334,11 @@ def register(subparsers) -> None:
     """Add ``cookbook run-all [--output-dir DIR] [--only 03 ...] [-p NAME VALUE ...]``."""
     p = subparsers.add_parser(
         "run-all", help="execute every notebook (papermill) and write a report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="GPU box example (8 GPUs capped at 24 GiB as RTX 4090s):\n"
+               "  cookbook run-all --output-dir runs/gpu -p MODEL qwen-14b -p NUM_GPUS 8 -p SEQ_LEN 512 -p MICRO_BATCH 1 \\\n"
+               "    -p GRAD_ACCUM 16 -p EMULATE_GPU_MEMORY_GIB 24 -p LR 1e-5 -p MAX_STEPS 20 \\\n"
+               "    -p 06:MODEL llama-7b -p 06:NUM_GPUS 1 -p 06:SEQ_LEN 1024 -p 06:MICRO_BATCH 2 -p 06:GRAD_ACCUM 8",
         description="Execute the cookbook's notebooks in order with papermill, save each executed copy, and write "
                     "report.html (figures and the ZeRO variants compared: memory, throughput, loss). Without a GPU "
                     "the notebooks run their CPU rehearsal; -p selects real sizes on GPUs.")

@@ -100,18 +100,17 @@ def title(number: str, name: str, goal: str, target: str, rehearsal: str, previo
     """)
 
 
-def reference_cells(number: str) -> list[dict]:
+def reference_cells(number: str, runs: str) -> list[dict]:
     return [
         md("""
-        ### Measured on GPUs
+        ### Beside the measurements on GPUs
 
-        Results the maintainers measured on real GPUs (`data/reference/`), each labelled with the hardware it
-        came from, beside this run's. An empty table means none were recorded for this notebook.
+        This run next to the results the maintainers measured on real GPUs for this notebook (`data/reference/`),
+        each row labelled with the hardware it came from. Only this run's rows appear when none were recorded.
         """),
         code(f"""
-        reference = report.reference_frame("{number}")
-        rec.table("measured on GPUs (data/reference)", reference)
-        reference if len(reference) else "no GPU measurements recorded for this notebook yet (data/reference/)"
+        rec.add(reference=report.reference_results("{number}"))
+        rec.table("this run beside the GPU measurements", report.beside_reference({runs}, "{number}"))
         """),
     ]
 
@@ -190,8 +189,9 @@ NB00 = [
     ## 3. The RTX 40-series NCCL situation
 
     Both Qwen-14B articles say that RTX 40-series cards *must* run with `NCCL_P2P_DISABLE=1` and
-    `NCCL_IB_DISABLE=1`, and one quotes Accelerate's error *"Using RTX 4000 series doesn't support faster
-    communication broadband via P2P or IB"*. What Accelerate actually does
+    `NCCL_IB_DISABLE=1`; article 002 quotes the error as "Using RTX 3090 or 4000 series doesn't support faster
+    communication via P2P or IB" (Accelerate's message, `accelerate/state.py`, reads "Using RTX 4000 series
+    doesn't support faster communication broadband via P2P or IB"). What Accelerate actually does
     (`accelerate/utils/environment.py::check_cuda_p2p_ib_support`): with **more than one** GPU whose name
     contains "RTX 40" **and a driver older than 550.40.07**, `accelerate launch` sets the two variables itself
     with a warning, and any other launcher (`torchrun`, `deepspeed`, a notebook) raises that error unless they
@@ -206,9 +206,9 @@ NB00 = [
     md("""
     ### What disabling P2P costs
 
-    Article 002 puts the bandwidth with P2P and IB disabled at "~50 GB/s". With P2P off, NCCL copies through host
-    memory, so every GPU's traffic crosses its own PCIe link twice; a PCIe 4.0 ×16 link (the RTX 4090's) carries at
-    most 31.5 GB/s each way. The all-reduce measured on the recorded 2 × H200 box (`cookbook env` times one with P2P
+    Article 002 puts the bandwidth with P2P and IB disabled at "~50 GB/s". With P2P off, NCCL stages the data in
+    host memory, so each GPU's traffic goes over its own PCIe link to host RAM and back; a PCIe 4.0 ×16 link (the
+    RTX 4090's) carries at most 31.5 GB/s each way. The all-reduce measured on the recorded 2 × H200 box (`cookbook env` times one with P2P
     on and off) shows the size of the drop; on an RTX 40xx box with an old driver P2P is not an option at all.
     """),
     code("""
@@ -267,6 +267,7 @@ NB01 = [
     GRAD_ACCUM: int = 1  # gradient accumulation of the run (16 for the real run)
     PRECISION: str = "bf16"  # bf16 on RTX 40xx / H200 / CPU
     MAX_STEPS: int = 10  # steps of the run that fits (ZeRO-3 + offload); the ZeRO-2 run stops at initialisation
+    LR: float = 3e-3  # peak learning rate; 3e-3 suits the tiny model, use ~1e-5 for Qwen-14B
     EMULATE_GPU_MEMORY_GIB: float = 0.0  # GPU box only: cap each GPU at this many GiB (24 on an H200); 0: the card's own memory
     """),
     code("""
@@ -363,7 +364,7 @@ NB01 = [
     crash of this notebook.
     """),
     code("""
-    oom = launch(run_plan, Path(OUTPUT_DIR) / "zero2", max_steps=MAX_STEPS, lr=3e-3, force=True,
+    oom = launch(run_plan, Path(OUTPUT_DIR) / "zero2", max_steps=MAX_STEPS, lr=LR, force=True,
                  emulate_gpu_memory_gib=BUDGET_GIB, final_save=False, hang_timeout_s=HANG_TIMEOUT_S)
     rec.run("ZeRO-2", oom)
     rec.add(oom_status=oom.status, oom_message=oom.message,
@@ -384,7 +385,7 @@ NB01 = [
     """),
     code("""
     fix_plan = run_plan.replace(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
-    fix = launch(fix_plan, Path(OUTPUT_DIR) / "zero3_offload", max_steps=MAX_STEPS, lr=3e-3,
+    fix = launch(fix_plan, Path(OUTPUT_DIR) / "zero3_offload", max_steps=MAX_STEPS, lr=LR,
                  emulate_gpu_memory_gib=BUDGET_GIB, final_save=False, hang_timeout_s=HANG_TIMEOUT_S)
     rec.run("ZeRO-3 + opt→cpu + param→cpu", fix)
     rec.add(fix_status=fix.status)
@@ -397,7 +398,7 @@ NB01 = [
     code("""
     rec.figure(report.plot_loss(runs, title=f"same device budget: ZeRO-2 vs ZeRO-3 + offload ({MODEL})"), "loss")
     """),
-    *reference_cells("01"),
+    *reference_cells("01", "runs"),
     md("""
     ## 6. What we recorded
 
@@ -521,7 +522,7 @@ def step_notebook(number: str, stem: str, name: str, goal: str, previous: str, n
         rec.figure(report.plot_runs({target.label: result}), "memory_throughput")
         """),
         *extra,
-        *reference_cells(number),
+        *reference_cells(number, "{target.label: result}"),
         md(verdict_md),
         code("""
         verdict = (f"{target.label} for {TARGET_MODEL} on {TARGET_GPUS} × {GPU_MEMORY_GIB:g} GiB with "
@@ -892,7 +893,7 @@ NB05 = [
     code("""
     rec.figure(report.plot_runs({run_plan.label: result}), "memory_throughput")
     """),
-    *reference_cells("05"),
+    *reference_cells("05", "{run_plan.label: result}"),
     md("""
     ## 9. The recipe, in one paragraph
 
@@ -1102,7 +1103,7 @@ NB06 = [
     code("""
     rec.figure(report.plot_runs(runs), "memory_throughput")
     """),
-    *reference_cells("06"),
+    *reference_cells("06", "runs"),
     md("""
     ## 9. The verdict
 

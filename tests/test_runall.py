@@ -43,11 +43,12 @@ def test_select_by_number_name_and_file():
 
 def test_parameters_are_routed_to_the_notebooks_that_declare_them():
     nbs = runall.list_notebooks()
-    routed = runall.parameters_for(nbs, [("MAX_STEPS", "5"), ("06:MODEL", "llama-7b"), ("NUM_GPUS", "8")])
-    assert routed["02_zero2"] == {"MAX_STEPS": 5, "NUM_GPUS": 8}
+    routed = runall.parameters_for(nbs, [("06:MODEL", "llama-7b"), ("MAX_STEPS", "5"), ("MODEL", "qwen-14b"),
+                                         ("NUM_GPUS", "8")])
+    assert routed["02_zero2"] == {"MAX_STEPS": 5, "MODEL": "qwen-14b", "NUM_GPUS": 8}
     assert routed["06_final_1x4090"] == {"MAX_STEPS": 5, "MODEL": "llama-7b", "NUM_GPUS": 8}
     assert "MAX_STEPS" not in routed["00_environment"]  # 00 trains nothing
-    assert routed["00_environment"] == {"NUM_GPUS": 8}
+    assert routed["00_environment"] == {"MODEL": "qwen-14b", "NUM_GPUS": 8}
     with pytest.raises(runall.RunAllError, match="has no parameter 'BATCH'"):
         runall.parameters_for(nbs, [("BATCH", "4")])
     with pytest.raises(runall.RunAllError, match="use --output-dir"):
