@@ -90,6 +90,7 @@ def test_run_all_succeeds_and_writes_the_report(run_all):
             assert (out / name / fig).stat().st_size > 1000
     page = (out / "report.html").read_text()
     assert "ZeRO variants side by side" in page and page.count("data:image/png;base64,") >= 10
+    assert "not the arithmetic" in page  # 02, 03, 04, 05 differ only in their ZeRO variant
     for name in NOTEBOOKS:
         assert name in page
     summary = json.loads((out / "run-all.json").read_text())

@@ -236,3 +236,15 @@ def test_reference_results_tolerate_absence_and_formats(tmp_path):
 def test_inspect_saved_model_needs_weights(tmp_path):
     with pytest.raises(report.ReportError, match="no \\*.safetensors files"):
         report.inspect_saved_model(tmp_path)
+
+
+def test_same_math_compares_runs_that_differ_only_in_zero_variant():
+    base = {"model": "tiny-qwen2", "world_size": 2, "micro_batch": 4, "grad_accum": 1, "seq_len": 128,
+            "precision": "bf16", "steps": 3}
+    runs = {"a": dict(base, zero_stage=2, offload_optimizer="none", offload_param="none", losses=[7.0, 6.0, 5.0]),
+            "b": dict(base, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", losses=[7.0, 6.25, 5.1]),
+            "c": dict(base, world_size=1, zero_stage=3, offload_optimizer="none", offload_param="none", losses=[9.0])}
+    (sentence,) = report.same_math(runs)
+    assert sentence.startswith("a, b (tiny-qwen2, 2 ranks, 3 steps)")
+    assert "at most 0.25 at any step" in sentence  # |6.0 - 6.25|
+    assert "within 0.117" in sentence  # last-5 means (here all 3 steps): 6.0 and 6.1167
