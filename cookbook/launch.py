@@ -267,8 +267,8 @@ def child_env(plan: Plan, extra: dict | None = None, *, log_dir: Path) -> tuple[
 
     Adds what :func:`cookbook.env.recommended_env` recommends for this machine (``DS_ACCELERATOR=cpu``
     and thread counts on a CPU-only machine; ``NCCL_P2P_DISABLE``/``NCCL_IB_DISABLE`` on RTX 40xx
-    boxes with old drivers), ``HF_HUB_OFFLINE=1`` (never download) and the log folder. Variables
-    already set by the user are kept as they are.
+    boxes with old drivers), :func:`gpu_build_env` on GPU machines, ``HF_HUB_OFFLINE=1`` (never
+    download) and the log folder. Variables already set by the user are kept as they are.
     """
     from .env import gather_facts, recommended_env
     env = dict(os.environ)
@@ -279,6 +279,7 @@ def child_env(plan: Plan, extra: dict | None = None, *, log_dir: Path) -> tuple[
         rec = {}
     rec.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
                 "PYTHONWARNINGS": "ignore::FutureWarning"})
+    rec.update({k: v for k, v in gpu_build_env(plan).items() if k not in rec})
     for key, value in {**rec, **(extra or {})}.items():
         if key in os.environ and key not in (extra or {}):
             continue
@@ -289,6 +290,31 @@ def child_env(plan: Plan, extra: dict | None = None, *, log_dir: Path) -> tuple[
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env, added
+
+
+def gpu_build_env(plan: Plan) -> dict:
+    """On a GPU machine: ``OMP_NUM_THREADS`` = physical cores ÷ ranks per machine (torchrun, and so
+    ``accelerate launch``, sets 1 otherwise, which makes DeepSpeedCPUAdam single-threaded — measured
+    on the H200 box, docs/benchmarks.md) and ``TORCH_CUDA_ARCH_LIST`` from the GPUs' compute capability
+    (DeepSpeed 0.19.8's JIT build of fused Adam fails on torch 2.11 without it: "invalid literal for
+    int() ... '0a'", deepspeed/ops/op_builder/builder.py ``compute_capability_args``)."""
+    try:
+        import psutil
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+            caps = sorted({"%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i))
+                           for i in range(n)})
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVIDIA driver: nothing to add
+        return {}
+    if not n:
+        return {}
+    per_machine = max(1, plan.num_gpus // plan.num_machines)
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return {"OMP_NUM_THREADS": str(max(1, cores // per_machine)), "TORCH_CUDA_ARCH_LIST": ";".join(caps)}
 
 
 def on_gpu_machine() -> bool:
