@@ -76,12 +76,26 @@ DS_DEFAULTS = {
 #: (transformers docs, "Model training anatomy", quote 1-2 GB for eagerly loaded kernels).
 CUDA_CONTEXT_GIB = 0.7
 
-#: Caching-allocator headroom as a fraction of the peak allocated bytes (``reserved ≈ allocated × 1.25``).
-#: Calibrated on the H200-at-24-GiB runs in ``data/calibration/h200_24gib.json``: unpressured
-#: reserved/allocated ratios were 1.33-1.57 (that includes cache the allocator gives back under
-#: pressure), while a run at 15.4 GiB allocated completed inside a 24 GiB cap, so the need is below
-#: 1.56 × allocated. 0.25 keeps every calibration verdict right.
-ALLOCATOR_OVERHEAD = 0.25
+#: Caching-allocator fragmentation, as a fraction of the activations: reserved ≈ allocated (training
+#: phase) + FRAGMENTATION × activations (+ the stale 16-bit parameter blocks of ZeRO-0/1/2, see
+#: :func:`estimate`), by ZeRO stage and parameter offload. The freed blocks of one phase's transient
+#: tensors (checkpoints, the loss phase's fp32 logit-sized tensors, a layer's recompute) stay cached
+#: and the next phase's tensors of other sizes cannot reuse them all; with parameter offload every
+#: layer's parameters are fetched into fresh blocks twice per micro-step between those activations,
+#: which splits the cache further. No first-principles model of PyTorch's caching allocator is
+#: attempted: the fractions are fitted to the measured calibration (``data/calibration/h200_24gib.json``
+#: and ``h200x2_2026-11-30.json``, 2026-11-30, H200 capped at 24 GiB, torch 2.11, DeepSpeed 0.19.8),
+#: where reserved/allocated was 1.41-1.57 for ZeRO-2 + optimizer offload (mostly the stale parameter
+#: blocks), 1.19 for ZeRO-3 + optimizer offload and 1.33-1.74 for ZeRO-3 + parameter offload; every
+#: uncapped reserved peak is then within ±15% (test_memory.py::test_calibration_points).
+FRAGMENTATION = {"zero012": 0.10, "zero3": 0.35, "zero3_param_offload": 0.50}
+
+#: Fragmentation from gathering parameters (ZeRO-3 with parameter offload or more than one rank), in
+#: decoder layers' worth of 16-bit parameters: each layer is fetched into fresh device blocks twice
+#: per micro-step (forward; recompute + backward) while the prefetched next one arrives. Fitted with
+#: :data:`FRAGMENTATION` on the same calibration, plus the three stock-config rungs of
+#: ``data/reference/h200x2_2026-11-30.json`` (micro batch 2, where this term dominates): 2.25 layers.
+FETCH_FRAGMENTATION_LAYERS = 2.25
 
 #: Host RSS of one training rank before model states, GiB: Python + torch + transformers + deepspeed
 #: imported, a tiny model, DeepSpeed engine and gloo process group. Measured on the CPU rehearsal
@@ -93,6 +107,13 @@ RUNTIME_BASELINE_GIB = 0.55
 #: the same imports on a CPU-only torch; eager module loading would take ~5 GiB.
 CUDA_HOST_RUNTIME_GIB = 0.65
 
+def _fragmentation_key(stage: int, offload_param: str) -> str:
+    """Key of :data:`FRAGMENTATION` for a ZeRO stage and parameter-offload target."""
+    if stage < 3:
+        return "zero012"
+    return "zero3" if offload_param == "none" else "zero3_param_offload"
+
+
 _CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
 
 #: Display names of the components, in stacking order.
@@ -103,11 +124,12 @@ GPU_COMPONENTS = {
     "adam_states": "Adam m and v",
     "grads_fp32": "optimizer gradient partition (fp32)",
     "largest_layer": "largest layer, gathered (ZeRO-3)",
-    "activations": "activations (incl. logits)",
-    "grad_staging": "gradient staging for offload (beyond activations)",
+    "activations": "activations (checkpoints + loss or layer recompute)",
+    "grad_staging": "16-bit gradients kept between micro-steps (offload)",
     "comm_buckets": "communication buckets",
     "prefetch_buffers": "prefetch / live parameters (ZeRO-3)",
-    "allocator_overhead": "allocator overhead",
+    "init_excess": "initialisation peak beyond training (flat 16-bit copy)",
+    "allocator_overhead": "allocator cache (stale blocks + fragmentation)",
     "cuda_context": "CUDA context",
 }
 HOST_COMPONENTS = {
@@ -115,9 +137,9 @@ HOST_COMPONENTS = {
     "master_fp32": "offloaded master weights (fp32)",
     "adam_states": "offloaded Adam m and v",
     "grads_fp32": "offloaded optimizer gradients (fp32)",
-    "model_load": "fp32 model copy per rank at load (beyond states)",
-    "buffer_factor": "DeepSpeed buffer factor (×1.5 − 1)",
-    "pinned_buffers": "NVMe swap buffers (pinned)",
+    "pinned_staging": "DeepSpeed's pinned staging buffers",
+    "pinned_rounding": "pinned buffers rounded up to powers of two",
+    "model_load": "model load beyond training (16-bit copy per rank)",
     "ranks_on_cpu": "rank tensors (CPU rehearsal)",
     "runtime": "runtime per rank (Python, torch, DeepSpeed)",
 }
@@ -125,7 +147,6 @@ HOST_COMPONENTS = {
 #: and the labels say so (see :func:`_labels`).
 #: Model-state components (the part DeepSpeed's estimators count).
 MODEL_STATE_KEYS = ("params_16bit", "grads_16bit", "master_fp32", "adam_states", "grads_fp32", "largest_layer")
-HOST_MODEL_STATE_KEYS = ("params_16bit", "master_fp32", "adam_states", "grads_fp32", "model_load", "buffer_factor")
 
 
 class EstimateError(ValueError):
@@ -159,6 +180,10 @@ class MemoryEstimate:
             ``bf16.bf16_master_weights_and_grads`` + ``bf16.bf16_optimizer_states``).
         device: ``cuda`` or ``cpu`` (CPU rehearsal: every rank's memory is host RAM).
         nvme_gib: per-machine NVMe space for states offloaded to NVMe.
+        ds_gpu_model_states_gib: per-GPU model states as DeepSpeed's ``estimate_zero*_model_states_mem_needs``
+            count them (gpu_mem), GiB.
+        ds_host_model_states_gib: host model states per machine as DeepSpeed's estimators count them
+            (cpu_mem, with ``additional_buffer_factor`` 1.5), GiB. Not the host peak: see ``host_gib``.
     """
 
     params: int
@@ -172,6 +197,8 @@ class MemoryEstimate:
     bf16_states: bool = False
     device: str = "cuda"
     nvme_gib: float = 0.0
+    ds_gpu_model_states_gib: float = 0.0
+    ds_host_model_states_gib: float = 0.0
 
     # -- derived quantities ------------------------------------------------------------------
     @property
@@ -186,13 +213,14 @@ class MemoryEstimate:
 
     @property
     def host_model_states_gib(self) -> float:
-        """Host model states per machine with the buffer factor (DeepSpeed's cpu_mem)."""
-        return sum(self.host_gib.get(k, 0.0) for k in HOST_MODEL_STATE_KEYS)
+        """Host model states per machine as DeepSpeed's estimators say (cpu_mem, with the 1.5× buffer
+        factor). A planning number people quote; the measured peak is ``host_gib["total"]``."""
+        return self.ds_host_model_states_gib
 
     @property
     def host_model_states_no_factor_gib(self) -> float:
-        """Host model states per machine before DeepSpeed's 1.5× buffer factor."""
-        return self.host_model_states_gib - self.host_gib.get("buffer_factor", 0.0)
+        """DeepSpeed's host model states per machine before its 1.5× buffer factor."""
+        return self.ds_host_model_states_gib / ADDITIONAL_BUFFER_FACTOR
 
     @property
     def gpu_allocated_gib(self) -> float:
@@ -201,7 +229,7 @@ class MemoryEstimate:
 
     @property
     def gpu_reserved_gib(self) -> float:
-        """Predicted need in ``torch.cuda.max_memory_reserved()`` terms (tensors + allocator overhead), GiB."""
+        """Predicted peak of ``torch.cuda.max_memory_reserved()`` (tensors + allocator cache), GiB."""
         return self.gpu_gib["total"] - self.gpu_gib.get("cuda_context", 0.0)
 
     @property
@@ -355,22 +383,38 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
     attention (``eager_attention=True``); SDPA/FlashAttention (transformers' default) does not store it.
     Full checkpointing (HF ``gradient_checkpointing_enable``, one checkpoint per decoder layer):
     ``2*s*b*h`` per layer (its 16-bit input) + one layer's full activations during its recompute.
-    Logits: ``b*s*V*(2 + 4)`` — 16-bit logits + the fp32 copy from ``logits.float()`` in transformers'
-    ``ForCausalLMLoss`` (``transformers/loss/loss_utils.py``). fp32 training doubles every term.
+
+    Loss phase ("logits"): ``12*b*s*V`` bytes. transformers' ``ForCausalLMLoss``
+    (``transformers/loss/loss_utils.py``) upcasts the logits (``logits.float()``) and calls
+    ``cross_entropy`` = ``log_softmax`` + ``nll_loss``; in backward three fp32 tensors of that shape
+    live at once: the saved log-softmax output, ``nll_loss``'s gradient and ``log_softmax``'s input
+    gradient (the 16-bit logits are gone once the training loop keeps only ``.loss``; in forward,
+    16-bit logits + fp32 copy + log-softmax output = 10 bytes). Measured: the 3.43e9 model at
+    16 × 1024 tokens, vocabulary 32000, peaked at 15.4 GiB allocated = 6.4 GiB parameters + 2.5 GiB
+    checkpoints + 6.5 GiB, i.e. 13.3 bytes per logit (``data/calibration/h200x2_2026-11-30.json``).
+
+    With checkpointing the loss phase and a layer's recompute do not overlap (the loss backward ends
+    before the first recompute), so the peak holds the checkpoints plus the larger of the two;
+    without checkpointing every layer's activations are still alive at the loss. fp32 training
+    doubles the per-layer terms; the loss phase is fp32 either way.
 
     Returns:
-        ``{"layers": bytes, "logits": bytes, "total": bytes}``.
+        ``{"layers": bytes, "logits": bytes, "total": bytes}`` (``layers`` = checkpoints + one layer
+        with checkpointing, all layers without; ``total`` = the peak of the two phases as above).
     """
     s, b, h = plan.seq_len, plan.micro_batch, spec.hidden_size
     a = max(spec.num_heads, 1)
     scale = 2 if plan.precision == "fp32" else 1
     per_layer = s * b * h * (34 + (5 * a * s / h if eager_attention else 0)) * scale
+    logits = 12.0 * b * s * spec.vocab_size
     if plan.gradient_checkpointing:
-        layers = spec.num_layers * 2 * s * b * h * scale + per_layer
+        checkpoints = spec.num_layers * 2 * s * b * h * scale
+        layers = checkpoints + per_layer
+        total = checkpoints + max(per_layer, logits)
     else:
         layers = spec.num_layers * per_layer
-    logits = b * s * spec.vocab_size * ((4 if plan.precision == "fp32" else 2) + 4)
-    return {"layers": float(layers), "logits": float(logits), "total": float(layers + logits)}
+        total = layers + logits
+    return {"layers": float(layers), "logits": float(logits), "total": float(total)}
 
 
 def _zero_settings(spec, ds_config: Mapping | None) -> dict[str, float]:
@@ -408,6 +452,72 @@ def _zero_settings(spec, ds_config: Mapping | None) -> dict[str, float]:
     return out
 
 
+def _tensor_numels(spec) -> list[int]:
+    """Element counts of the model's parameter tensors, in module order (embedding, layers, norm, head).
+
+    Built from the architecture numbers of a LLaMA/Qwen2-style decoder (``transformers``'
+    ``modeling_llama.py`` / ``modeling_qwen2.py``): per layer q, k, v, o projections (Qwen2 adds q/k/v
+    biases), gate/up/down projections, two RMSNorm weights; embedding, final norm and an untied head.
+    Only the *sizes* matter here (they set the power-of-two rounding of pinned host buffers and the
+    ZeRO-3 sub-groups), so when the list does not add up to ``spec.num_params`` exactly (another
+    architecture, a tied head the spec does not flag), the last tensor absorbs the difference or the
+    sizes are scaled to it.
+    """
+    h, i, V = int(spec.hidden_size), int(spec.intermediate_size), int(spec.vocab_size)
+    a, kv = max(int(spec.num_heads), 1), max(int(spec.num_kv_heads or spec.num_heads), 1)
+    d = h // a
+    bias = getattr(spec, "model_type", "") == "qwen2"
+    layer = [h * a * d, h * kv * d, h * kv * d, a * d * h, h * i, h * i, i * h, h, h]
+    if bias:
+        layer += [a * d, kv * d, kv * d]
+    numels = [V * h] + layer * int(spec.num_layers) + [h]
+    N = int(spec.num_params)
+    untied = sum(numels) + V * h
+    if not getattr(spec, "tie_word_embeddings", False) and abs(untied - N) < abs(sum(numels) - N):
+        numels.append(V * h)
+    diff = N - sum(numels)
+    if diff > 0:
+        numels.append(diff)
+    elif diff < 0:
+        scale = N / sum(numels)
+        numels = [max(1, int(n * scale)) for n in numels]
+    return [n for n in numels if n > 0]
+
+
+def _layer_numel(spec) -> int:
+    """Parameters of one decoder layer (elements), from the architecture (see :func:`_tensor_numels`)."""
+    h, i = int(spec.hidden_size), int(spec.intermediate_size)
+    a, kv = max(int(spec.num_heads), 1), max(int(spec.num_kv_heads or spec.num_heads), 1)
+    d = h // a
+    return 2 * h * a * d + 2 * h * kv * d + 3 * h * i + 2 * h
+
+
+def _pow2(nbytes: float) -> float:
+    """Bytes a pinned host allocation of ``nbytes`` really takes: PyTorch's ``CachingHostAllocator``
+    rounds every pinned block up to the next power of two (``ATen/core/CachingHostAllocator.h``:
+    ``c10::llvm::PowerOf2Ceil(size)``, default ``pinned_max_round_threshold`` unlimited)."""
+    if nbytes <= 0:
+        return 0.0
+    return float(2 ** math.ceil(math.log2(nbytes)))
+
+
+def _sub_groups(part_numels: list[int], sub_group_size: int) -> list[int]:
+    """ZeRO-3 optimizer sub-group sizes (elements), as ``stage3.py`` ``_create_fp16_sub_groups`` cuts
+    them: parameters are added in order until a group reaches ``sub_group_size``."""
+    total = sum(part_numels)
+    if not sub_group_size or sub_group_size >= total:
+        return [total]
+    groups, cur = [], 0
+    for n in part_numels:
+        cur += n
+        if cur >= sub_group_size:
+            groups.append(cur)
+            cur = 0
+    if cur:
+        groups.append(cur)
+    return groups
+
+
 def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = "cuda",
              ds_config: Mapping | None = None, eager_attention: bool = False) -> MemoryEstimate:
     """Per-GPU and per-machine host memory of ``plan``, component by component, with verdicts.
@@ -418,7 +528,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
             ``bf16.bf16_master_weights_and_grads`` + ``bf16.bf16_optimizer_states``); needs bf16.
         spec: a :class:`~cookbook.models.ModelSpec`; default ``model_spec(plan.model)`` (cached).
         device: ``"cuda"`` (a GPU run) or ``"cpu"`` (the CPU rehearsal: every rank's tensors live in
-            host RAM, no CUDA context, no GPU verdict beyond "fits").
+            host RAM, no CUDA context, no pinned memory, no GPU verdict beyond "fits").
         ds_config: a DeepSpeed config dict whose bucket sizes to use (default DeepSpeed's defaults).
         eager_attention: count the attention-score activations (eager attention instead of SDPA).
 
@@ -435,10 +545,47 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     3         (p+m+a+f)·N/g + 4·L                  p·N/n with parameter offload
     ========  ==================================  ===========================================
 
-    Host model states follow DeepSpeed's estimators: offloaded states, or each rank's fp32 copy
-    while it loads the model (4·N·r for stages 0-2, 4·L·r for stage 3 with ``zero.Init``), whichever
-    is larger, times ``additional_buffer_factor`` 1.5. Everything else (activations, buckets,
-    overhead, runtime) is documented on the module and the constants.
+    These are exactly DeepSpeed's estimator numbers (:attr:`MemoryEstimate.gpu_model_states_gib`,
+    :attr:`MemoryEstimate.host_model_states_gib`, the latter with its ``additional_buffer_factor``
+    1.5 and each rank's fp32 load copy). The *peaks* (``gpu_gib["total"]``, ``host_gib["total"]``)
+    add what the run really allocates; each term names its source:
+
+    GPU, allocated (``torch.cuda.max_memory_allocated``) = max(initialisation, training):
+
+    * initialisation, ZeRO-0/1/2: ``2·p·N`` — ``stage_1_and_2.py`` flattens the 16-bit parameters into
+      one buffer *on the device* while the per-tensor parameters still exist ("Flattening param group
+      on cuda (sufficient memory)"). Measured: 12.8 GiB allocated = 2·p·N for the 3.43e9 model on 1 and
+      on 2 ranks; the 6.74e9 model's ZeRO-2 OOM "tried to allocate 12.55 GiB" = p·N. (DeepSpeed
+      flattens on the CPU instead when free device memory is below p·N; a capped H200 never does,
+      a real card might, so on a real card this term can be conservative.)
+    * training: model states + activations (:func:`activation_bytes`: checkpoints + the larger of
+      the loss phase and one layer's recompute) + buckets + ZeRO-3 prefetch/live parameters + with
+      optimizer offload and gradient accumulation, this rank's 16-bit gradients, which stay on the
+      GPU between micro-steps (``async_accumulate_grad_in_cpu_via_gpu`` keeps ``param.grad``).
+
+    GPU, reserved (``max_memory_reserved``) = max(initialisation, training × (1 + f) + stale):
+    ``stale`` = p·N for ZeRO-0/1/2, the per-tensor parameter blocks freed by the flattening above,
+    which stay in PyTorch's cache (no ``empty_cache`` follows); ``f`` = :data:`FRAGMENTATION`
+    (fitted to the measured calibration, see there).
+
+    Host peak, per machine = runtime per rank + max(model load, training): training holds the
+    offloaded states at their real sizes plus DeepSpeed's pinned staging buffers, each pinned buffer
+    rounded up to a power of two by PyTorch's host allocator (:func:`_pow2`). Per rank, ``P = N/g``:
+
+    * ZeRO-1/2 + optimizer offload (``stage_1_and_2.py``): pinned master weights ``m·P``, pinned fp32
+      gradient partition ``f·P``, pinned 16-bit parameter buffer ``p·P``
+      (``param_buffer_of_bit16_for_cpu_offload_groups``), pinned largest-parameter gradient buffer,
+      unpinned Adam m, v ``a·P`` (``DeepSpeedCPUAdam``: ``zeros_like``); with gradient accumulation
+      and fp32 master weights, one pinned 16-bit buffer per parameter (``accumulated_grads_in_cpu``).
+    * ZeRO-3 + optimizer offload (``stage3.py``): unpinned master weights and Adam m, v, one pinned
+      gradient buffer per optimizer sub-group (``sub_group_size``), the pinned flat 16-bit gradient
+      buffer ``grad_partitions_flat_buffer`` (gradient accumulation dtype = the model's);
+      with parameter offload also the pinned flat 16-bit parameter buffer and the per-parameter pinned
+      partitions made by ``zero.Init`` (freed into the pinned cache after defragmentation).
+    * model load (ZeRO-0/1/2 with a checkpoint): ``p·N`` per rank, the weights read on the CPU in the
+      training dtype before DeepSpeed moves them. Under ``zero.Init`` (ZeRO-3) weights are built
+      partitioned, so no full copy exists; DeepSpeed's estimator counts a 4-byte copy and a 1.5
+      factor there, which :attr:`~MemoryEstimate.host_model_states_gib` keeps but the peak does not.
 
     Returns:
         a :class:`MemoryEstimate`.
@@ -462,6 +609,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     opt_off, par_off = plan.offload_optimizer, plan.offload_param
     zs = _zero_settings(spec, ds_config)
     overlap = zs["overlap_comm"] if zs["overlap_comm"] is not None else stage == 3  # DeepSpeed default
+    cuda = device == "cuda"
     reasons: list[str] = []
 
     # ---- model states on the GPU (bytes) -----------------------------------------------------
@@ -473,7 +621,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     if stage < 3:
         gpu["params_16bit"] = B["param"] * N
         # stage 2 partitions the 16-bit gradients; with optimizer offload DeepSpeed's estimator keeps
-        # only the 16-bit parameters on the GPU (the gradient partition moves to host, see grad_staging)
+        # only the 16-bit parameters on the GPU (gradients go to host; see grad_staging)
         gpu["grads_16bit"] = 0.0 if (stage == 2 and opt_off != "none") else B["grad"] * N / (g if stage == 2 else 1)
     else:
         gpu["largest_layer"] = 4 * L  # gathered 16-bit params + grads of the largest layer (stage3.py)
@@ -484,60 +632,118 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     if opt_off == "none":
         for k, v in opt_bytes.items():
             gpu[k] += v * N / opt_div
+    ds_gpu_states = sum(gpu[k] for k in MODEL_STATE_KEYS)
 
     # ---- activations, staging, buckets ---------------------------------------------------------
     act = activation_bytes(spec, plan, eager_attention=eager_attention)
     gpu["activations"] = act["total"]
-    if stage == 2 and opt_off != "none":
-        # 16-bit gradients of this rank's partition wait on the GPU until the copy to host at the
-        # accumulation boundary (stage_1_and_2.py, copy_grads_in_partition / async_inplace_copy_grad_
-        # to_fp32_buffer_from_gpu), and at initialisation the flat 16-bit buffer is built beside the
-        # parameters (the measured 6.74e9 ZeRO-2 OOM "tried to allocate 12.55 GiB" = 2·N). This phase
-        # does not overlap the activation peak, so only its excess over the activations is added.
-        staging = B["grad"] * N / g
-        gpu["grad_staging"] = max(0.0, staging - act["total"])
+    if stage in (1, 2) and opt_off != "none" and plan.grad_accum > 1:
+        # between micro-steps DeepSpeed keeps this rank's 16-bit gradients on the GPU and adds the
+        # CPU-accumulated sum back into them (stage_1_and_2.py, async_accumulate_grad_in_cpu_via_gpu:
+        # param.grad is cleared only at the accumulation boundary, async_inplace_copy_grad_to_fp32_...)
+        gpu["grad_staging"] = B["grad"] * N / g
     if stage > 0:
-        cbytes = 2 if plan.precision != "fp32" else 4
+        cbytes = 2 if mixed else 4
         nbuf = 2 if (overlap and stage < 3) else 1
         gpu["comm_buckets"] = nbuf * min(zs["reduce_bucket_size"], N) * cbytes
         if stage < 3 and g > 1:
             gpu["comm_buckets"] += min(zs["allgather_bucket_size"], N) * cbytes
-        if stage == 3:
+        if stage == 3 and (g > 1 or par_off != "none"):
+            # gathered parameters: the prefetch bucket + up to stage3_max_live_parameters (stage3.py,
+            # partitioned_param_coordinator.py). On one rank without parameter offload the partition
+            # is the whole tensor and nothing is gathered (measured: 0.1 GiB beyond the other terms,
+            # ladder-z3-offopt in data/calibration/h200x2_2026-11-30.json).
             gpu["prefetch_buffers"] = (min(zs["stage3_prefetch_bucket_size"], N)
                                        + min(zs["stage3_max_live_parameters"], N)) * cbytes
-    tensors = sum(gpu.values())
-    if device == "cuda":
-        gpu["allocator_overhead"] = ALLOCATOR_OVERHEAD * tensors
+    train = sum(gpu.values())
+    tensors = train
+    if cuda:
+        # initialisation peak of ZeRO-0/1/2: the flat 16-bit copy beside the per-tensor parameters
+        init = 2 * B["param"] * N if stage < 3 else 0.0
+        stale = B["param"] * N if stage < 3 else 0.0
+        gpu["init_excess"] = max(0.0, init - train)
+        frag = FRAGMENTATION[_fragmentation_key(stage, par_off)] * gpu["activations"]
+        if stage == 3 and (g > 1 or par_off != "none"):
+            frag += FETCH_FRAGMENTATION_LAYERS * B["param"] * _layer_numel(spec)
+        reserved = max(init, train + frag + stale)
+        gpu["allocator_overhead"] = reserved - max(init, train)
         gpu["cuda_context"] = CUDA_CONTEXT_GIB * GIB
 
     # ---- host, per machine (bytes) ------------------------------------------------------------
+    P = N / g  # this rank's partition (elements)
+    mw = B["master"] or B["param"]      # fp32 training: the "master" copy is the fp32 parameter itself
+    gw = B["grad_fp32"] or B["grad"]
+    pin = _pow2 if cuda else float       # no pinned memory (and no rounding) on the CPU accelerator
+    numels = _tensor_numels(spec)
     nvme = 0.0
+    states = 0.0     # offloaded states at their exact sizes, per rank
+    staging = 0.0    # DeepSpeed's pinned staging buffers beyond the states, per rank (exact sizes)
+    pinned_exact = 0.0
+    pinned_real = 0.0
+
+    def pinned(nbytes: float, *, state: bool) -> None:
+        nonlocal states, staging, pinned_exact, pinned_real
+        if state:
+            states += nbytes
+        else:
+            staging += nbytes
+        pinned_exact += nbytes
+        pinned_real += pin(nbytes)
+
     if opt_off == "cpu":
-        for k, v in opt_bytes.items():
-            host[k] = v * N / n
-        if not mixed:  # fp32: the gradient partition offloaded is the working gradient itself
-            host["grads_fp32"] = B["grad"] * N / n
+        host["adam_states"] = B["adam"] * P * r            # unpinned (DeepSpeedCPUAdam zeros_like)
+        states += B["adam"] * P
+        if stage < 3:
+            pinned(mw * P, state=True)                      # single_partition_of_fp32_groups (pinned)
+            pinned(gw * P, state=True)                      # its .grad (pinned)
+            pinned(B["param"] * P, state=False)             # param_buffer_of_bit16_for_cpu_offload_groups
+            pinned(B["param"] * max(numels), state=False)   # temp_grad_buffer_for_cpu_offload
+            if plan.grad_accum > 1 and B["master"] == 4:
+                for k in numels:                            # accumulated_grads_in_cpu, one per parameter
+                    pinned(B["param"] * k / g, state=False)
+        else:
+            states += mw * P                                # fp32_partitioned_groups_flat (unpinned)
+            for sg in _sub_groups([math.ceil(k / g) for k in numels], zs["sub_group_size"]):
+                pinned(gw * sg, state=True)                 # per-sub-group gradient buffer (pinned)
+            pinned(B["param"] * P, state=False)             # grad_partitions_flat_buffer (pinned)
+        host["master_fp32"] = mw * P * r
+        host["grads_fp32"] = gw * P * r
     elif opt_off == "nvme":
         nvme += sum(opt_bytes.values()) * N / n
     if par_off == "cpu":
-        host["params_16bit"] = B["param"] * N / n
+        pinned(B["param"] * P, state=True)                  # param_groups_fp16_flat_cpu_memory (pinned)
+        for k in numels:                                    # zero.Init partitions, cached after defrag
+            pinned(B["param"] * math.ceil(k / g), state=False)
+        host["params_16bit"] = B["param"] * P * r
     elif par_off == "nvme":
         nvme += B["param"] * N / n
-    offloaded = sum(host.values())
-    load_fp32 = (4 * N if stage < 3 else (4 * L if (opt_off == "none" and par_off == "none") else 0)) * r
-    host["model_load"] = max(0.0, load_fp32 - offloaded)
-    host["buffer_factor"] = (ADDITIONAL_BUFFER_FACTOR - 1) * (offloaded + host["model_load"])
     if opt_off == "nvme":
         # optimizer swap buffers: buffer_count × one sub-group's fp32 state (offload_config.py defaults)
         sub = min(zs["sub_group_size"], math.ceil(N / g))
-        host["pinned_buffers"] += zs["offload_optimizer_buffer_count"] * sub * 4 * r
+        for _ in range(zs["offload_optimizer_buffer_count"]):
+            pinned(sub * 4, state=False)
     if par_off == "nvme":
-        host["pinned_buffers"] += zs["offload_param_buffer_count"] * max(zs["offload_param_buffer_size"],
-                                                                          math.ceil(L / g)) * B["param"] * r
-    host["runtime"] = (RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if device == "cuda" else 0.0)) * GIB * r
+        for _ in range(zs["offload_param_buffer_count"]):
+            pinned(max(zs["offload_param_buffer_size"], math.ceil(L / g)) * B["param"], state=False)
+    host["pinned_staging"] = staging * r
+    host["pinned_rounding"] = (pinned_real - pinned_exact) * r
+    training_host = (states + staging) * r + host["pinned_rounding"]
     if device == "cpu":
         host["ranks_on_cpu"] = tensors * r
+        training_host += tensors * r
         gpu = dict.fromkeys(gpu, 0.0)
+    load = B["param"] * N * r if (stage < 3 and getattr(spec, "has_weights", True)) else 0.0
+    host["model_load"] = max(0.0, load - training_host)
+    host["runtime"] = (RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0)) * GIB * r
+
+    # DeepSpeed's own host estimate: offloaded states or each rank's fp32 copy at load, × 1.5
+    ds_offloaded = sum(opt_bytes.values()) * N / n if opt_off == "cpu" else 0.0
+    if opt_off == "cpu" and not mixed:
+        ds_offloaded += B["grad"] * N / n
+    if par_off == "cpu":
+        ds_offloaded += B["param"] * N / n
+    ds_load = (4 * N if stage < 3 else (4 * L if (opt_off == "none" and par_off == "none") else 0)) * r
+    ds_host_no_factor = max(ds_offloaded, ds_load)
 
     gpu_gib = {k: v / GIB for k, v in gpu.items()}
     host_gib = {k: v / GIB for k, v in host.items()}
@@ -547,20 +753,22 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     fits_host = None if plan.host_memory_gib is None else host_gib["total"] <= plan.host_memory_gib
 
     # ---- reasons --------------------------------------------------------------------------------
-    if device == "cuda":
-        staging_full = (B["grad"] * N / g / GIB) if (stage == 2 and opt_off != "none") else 0.0
-        # the batch-independent floor: everything but activations, with the staging phase in full
-        fixed = ((tensors / GIB - gpu_gib["activations"] - gpu_gib["grad_staging"] + staging_full)
-                 * (1 + ALLOCATOR_OVERHEAD) + CUDA_CONTEXT_GIB)
+    if cuda:
         big_key = max(MODEL_STATE_KEYS, key=lambda k: gpu_gib[k])
+        init_gib = 2 * B["param"] * N / GIB if stage < 3 else 0.0
+        # the batch-independent floor: everything but activations, with allocator cache and context
+        fixed = max(init_gib, (train - gpu["activations"]) / GIB
+                    + (B["param"] * N / GIB if stage < 3 else 0.0)) + CUDA_CONTEXT_GIB
         if not fits_gpu:
             if gpu_gib[big_key] > plan.gpu_memory_gib:
                 reasons.append(f"GPU: the {GPU_COMPONENTS[big_key]} alone are {gpu_gib[big_key]:.1f} GiB per GPU "
                                f"> {plan.gpu_memory_gib:g} GiB, whatever the batch size")
             elif fixed > plan.gpu_memory_gib:
-                reasons.append(f"GPU: model states, buckets{', gradient staging' if staging_full else ''} and overhead "
-                               f"need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any activation, "
-                               "whatever the batch size")
+                what = ("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation"
+                        if init_gib + CUDA_CONTEXT_GIB > plan.gpu_memory_gib else
+                        "model states, buckets, gradient staging and allocator cache")
+                reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
+                               "activation, whatever the batch size")
             else:
                 reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB > {plan.gpu_memory_gib:g} GiB; activations are "
                                f"{gpu_gib['activations']:.1f} GiB: lower micro_batch/seq_len or turn on gradient "
@@ -569,9 +777,11 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
             reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB of {plan.gpu_memory_gib:g} GiB "
                            f"({plan.gpu_memory_gib - gpu_gib['total']:.1f} GiB left); largest part: "
                            f"{GPU_COMPONENTS[max(gpu_gib, key=lambda k: gpu_gib[k] if k != 'total' else -1)]}")
-    states = host_gib["params_16bit"] + host_gib["master_fp32"] + host_gib["adam_states"] + host_gib["grads_fp32"]
-    host_line = (f"host: {host_gib['total']:.1f} GiB per machine (model states {states + host_gib['model_load']:.1f} GiB "
-                 f"before DeepSpeed's 1.5× buffer factor, {host_gib['total'] - host_gib['runtime'] - host_gib['pinned_buffers'] - host_gib['ranks_on_cpu']:.1f} GiB with it)")
+    host_line = (f"host: {host_gib['total']:.1f} GiB per machine at peak (offloaded states "
+                 f"{(states * r) / GIB:.1f} GiB, DeepSpeed's pinned staging {host_gib['pinned_staging']:.1f} GiB, "
+                 f"power-of-two rounding of pinned buffers {host_gib['pinned_rounding']:.1f} GiB); DeepSpeed's "
+                 f"estimator says {ds_host_no_factor / GIB:.1f} GiB of model states, "
+                 f"{ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB:.1f} GiB with its 1.5× buffer factor")
     if fits_host is False:
         reasons.append(host_line.replace("host:", "host does not fit:", 1) + f" > {plan.host_memory_gib:g} GiB")
     else:
@@ -586,7 +796,9 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
 
     return MemoryEstimate(params=N, plan=plan, gpu_gib=gpu_gib, host_gib=host_gib, fits_gpu=bool(fits_gpu),
                           fits_host=fits_host, reasons=tuple(reasons), largest_layer_params=L,
-                          bf16_states=bool(bf16_states), device=device, nvme_gib=nvme / GIB)
+                          bf16_states=bool(bf16_states), device=device, nvme_gib=nvme / GIB,
+                          ds_gpu_model_states_gib=ds_gpu_states / GIB, ds_host_model_states_gib=(
+                              ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB))
 
 
 def estimate_host_rss_cpu_run(plan: Plan, *, bf16_states: bool = False) -> float:
@@ -833,6 +1045,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["ADDITIONAL_BUFFER_FACTOR", "ALLOCATOR_OVERHEAD", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError",
+__all__ = ["ADDITIONAL_BUFFER_FACTOR", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

