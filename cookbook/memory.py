@@ -18,17 +18,28 @@ Sources of the formulas (each function repeats the one it uses):
   (18 bytes per parameter besides the replicated 16-bit parameters) and, for stage 3, 4 bytes per
   parameter of the largest layer (its gathered 16-bit parameters and gradients). Our model-states
   subtotals equal DeepSpeed's numbers exactly (the tests call those functions).
-* Host: the same DeepSpeed estimators (offloaded states; each rank's fp32 copy of the model while it
-  loads; ``additional_buffer_factor`` = 1.5).
+  Host model states as DeepSpeed's estimators count them (offloaded states, or each rank's fp32 copy
+  while it loads, times ``additional_buffer_factor`` = 1.5) are kept as
+  :attr:`MemoryEstimate.host_model_states_gib`: a number people quote, not the peak.
+* Peaks (``gpu_gib["total"]``, ``host_gib["total"]``): what DeepSpeed 0.19 and PyTorch really allocate,
+  read from their source and checked against the measured calibration (details in :func:`estimate`):
+  ZeRO-0/1/2 flatten the 16-bit parameters on the device (initialisation peak 2·p·N; the freed
+  per-tensor blocks stay cached); offload keeps pinned staging buffers, and PyTorch's host caching
+  allocator rounds every pinned block up to a power of two. Where the 1.5× buffer factor comes from:
+  it is the default of the ``additional_buffer_factor`` argument of ``estimate_zero2/3_model_states_mem_needs``,
+  documented only as "estimation factor (defaults to 1.5)" and applied to the whole cpu_mem (no
+  buffer in ``stage_1_and_2.py``/``stage3.py`` is sized from it); the measured host peaks were 0.99-1.04× the sum of the real buffers and
+  1.30-1.63× the bare states, so the peak uses the buffers, not the factor. The fp32 load copy is not
+  in the ZeRO-3 peak either: the model is built under ``zero.Init`` in the training dtype, partitioned.
 * Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   Models", Section 4.1: ``s*b*h*(34 + 5*a*s/h)`` bytes per layer in 16-bit without checkpointing;
   the ``5*a*s/h`` term (attention scores, softmax, dropout) is not stored by fused attention
   (SDPA / FlashAttention, transformers' default), leaving ``34*s*b*h`` (their "selective
   recomputation" figure). With full checkpointing, ``2*s*b*h`` per layer (the layer input) plus one
-  layer's full activations during its recompute. Plus the logits over the vocabulary:
-  ``b*s*V*(2 + 4)`` bytes, the 16-bit logits and the fp32 copy that transformers'
-  ``ForCausalLMLoss`` (``transformers/loss/loss_utils.py``: ``logits = logits.float()``) makes before
-  the cross entropy (whose saved log-softmax output takes the copy's place in backward).
+  layer's full activations during its recompute. The loss phase: ``12*b*s*V`` bytes, three fp32
+  logit-sized tensors in the backward of transformers' ``ForCausalLMLoss``
+  (``transformers/loss/loss_utils.py``: ``logits.float()``, then ``cross_entropy``); with
+  checkpointing the loss phase and a layer's recompute do not overlap (see :func:`activation_bytes`).
 * Buckets: DeepSpeed's ZeRO config defaults (``deepspeed/runtime/zero/config.py``:
   ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8, ``stage3_prefetch_bucket_size`` = 5e7,
   ``stage3_max_live_parameters`` = 1e9 elements) or the numbers of a given DeepSpeed config; the
@@ -38,8 +49,17 @@ Sources of the formulas (each function repeats the one it uses):
   ``stage3_prefetch_bucket_size = 0.9*h*h``).
 * CUDA context: measured on the H200 with lazy module loading (0.68 GiB), :data:`CUDA_CONTEXT_GIB`;
   transformers docs, "Model training anatomy", give 1-2 GB for eagerly loaded kernels.
-* Allocator overhead and runtime baselines: measured calibrations in ``data/calibration/*.json``
-  (see :data:`ALLOCATOR_OVERHEAD`, :data:`RUNTIME_BASELINE_GIB`, :data:`CUDA_HOST_RUNTIME_GIB`).
+* Allocator cache (reserved − allocated) and runtime baselines: the stale parameter blocks above plus
+  fractions fitted to the measured calibrations in ``data/calibration/*.json`` (see
+  :data:`FRAGMENTATION`, :data:`FETCH_FRAGMENTATION_LAYERS`, :data:`RUNTIME_BASELINE_GIB`,
+  :data:`CUDA_HOST_RUNTIME_GIB`).
+
+Accuracy against the 2026-11-30 H200 measurements (``data/calibration/h200_24gib.json``,
+``h200x2_2026-11-30.json``; the cookbook's runs estimated with their own DeepSpeed config from
+``data/reference/h200x2_2026-11-30.json``): GPU reserved within ±12% on every uncapped rung (stock
+configs included); on the three runs whose reserved peak reads the 24 GiB cap the estimate is 22.0-22.9
+GiB (≥ 0.85 × cap and still "fits"); host peak within −4% … +0% on every rung; GPU allocated within
+±15% except four rungs at +15 … +20% (see tests/test_memory.py for the per-point assertions).
 """
 from __future__ import annotations
 
