@@ -473,8 +473,13 @@ def _run(args) -> int:
     plan, cfg = result
     text = json.dumps(cfg, indent=2) + "\n"
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            print(f"error: -o {args.output}: cannot be written ({exc.strerror}); create the folder first or pick "
+                  "another path", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     batch = (f"train_batch_size {plan.global_batch} = micro {plan.micro_batch} × accum {plan.grad_accum} × "

@@ -467,10 +467,17 @@ def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16
     """Lint findings, the estimate, and reasons to refuse the launch."""
     from .lint import lint
     refusals = []
-    findings = lint(ds_config, world_size=plan.world_size, mode="accelerate", model=str(plan.model), plan=plan)
-    errors = [f for f in findings if f.severity == "error"]
-    if errors:
-        refusals += [f"{f.path}: {f.message} Fix: {f.fix}" for f in errors]
+    # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so no "auto" value gets filled
+    # and a user's config is linted as it stands (the plan must not fill what DeepSpeed will not see)
+    findings = lint(ds_config, world_size=plan.world_size, mode="deepspeed", model=str(plan.model),
+                    plan=None if user_config else plan)
+    findings = [f.to_dict() for f in findings]
+    if "nvme" in (plan.offload_optimizer, plan.offload_param):
+        from .env import LIBAIO_PACKAGES, _libaio_present
+        if not _libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
+            findings.append({"severity": "error", "path": "zero_optimization.offload_*.device",
+                             "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed",
+                             "fix": LIBAIO_PACKAGES})
     est = None
     try:
         from .memory import estimate
@@ -488,7 +495,7 @@ def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16
                             f"machine has {host:.1f} GiB")
     except Exception as exc:  # noqa: BLE001 - an estimator problem must not block a launch
         est = {"error": f"{type(exc).__name__}: {exc}"}
-    return [f.to_dict() for f in findings], est, refusals
+    return findings, est, refusals
 
 
 def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os.PathLike | None = None,
@@ -532,7 +539,6 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                 dataset=dataset, tokenizer=tokenizer, seed=seed, bf16_states=bf16_states,
                 emulate_gpu_memory_gib=emulate_gpu_memory_gib, verify_save=verify_save,
                 no_final_save=not final_save, trust_remote_code=trust_remote_code)
-    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
 
     def result(status, message, **kw) -> RunResult:
         r = RunResult(status=status, message=message, run_dir=str(run_dir), duration_s=time.time() - t_start, **kw)
@@ -540,7 +546,32 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             r.raise_for_status()
         return r
 
-    # 1. the training inputs (options, model, tokenizer, data, output folder), before anything else
+    # 1. the user's config decides ZeRO stage, offload, batch shape and precision: the plan follows it
+    ds_config = None
+    if config is not None:
+        if isinstance(config, dict):
+            ds_config = config
+        else:
+            from .lint import lint
+            report = lint(str(config), world_size=plan.world_size, mode="deepspeed", model=str(plan.model), plan=plan)
+            if not report.readable:
+                return result("config_error", f"{config}: cannot be used: "
+                              + "; ".join(f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error"),
+                              command="", findings=[f.to_dict() for f in report])
+            ds_config = json.loads(Path(config).read_text())
+        if not isinstance(ds_config, dict):
+            return result("config_error", f"config: a DeepSpeed config is a JSON object, got a {type(ds_config).__name__}",
+                          command="")
+        from .env import plan_from_ds_config
+        precision = None if (ds_config.get("bf16") or {}).get("enabled") or (ds_config.get("fp16") or {}).get("enabled") \
+            else "fp32"
+        try:
+            plan = plan_from_ds_config(ds_config, base=plan, precision=precision)
+        except (PlanError, ValueError, TypeError) as exc:
+            return result("config_error", f"config: {exc}", command="")
+    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
+
+    # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else
     try:
         parsed = argparse.ArgumentParser()
         add_train_arguments(parsed)
@@ -550,8 +581,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     except SystemExit:
         return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
 
-    # 2. the config: the user's (linted) or built from the plan
-    if config is None:
+    # the config built from the plan when the user gave none
+    if ds_config is None:
         from .dsconfig import ConfigError, build_config
         warm = warmup_steps if warmup_steps is not None else max(1, max_steps // 20)
         try:
@@ -559,15 +590,6 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                                      bf16_states=bf16_states)
         except ConfigError as exc:
             return result("config_error", str(exc), command="")
-    elif isinstance(config, dict):
-        ds_config = config
-    else:
-        from .lint import lint
-        report = lint(str(config), world_size=plan.world_size, mode="accelerate", model=str(plan.model), plan=plan)
-        if not report.readable:
-            return result("config_error", f"{config}: cannot be read as JSON", command="",
-                          findings=[f.to_dict() for f in report])
-        ds_config = json.loads(Path(config).read_text())
 
     # 3. pre-launch guard: lint errors and the estimate
     findings, est, refusals = _guard(plan, ds_config, user_config=config is not None, on_gpu=on_gpu,
@@ -581,12 +603,13 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return result("config_error", "the DeepSpeed config has errors; nothing was launched:\n- "
                       + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors),
                       command=command, findings=findings, estimate=est)
-    if refusals and not force:
+    if refusals and not force and not dry_run:
         return result("config_error", "the estimate says this will not fit, so nothing was launched ("
                       + "; ".join(refusals) + "). Pick a variant that fits (`cookbook estimate --sweep`) or pass "
-                      "force=True / --force to try anyway.", command=command, findings=findings, estimate=est)
+                      "--force (force=True from Python) to try anyway.", command=command, findings=findings, estimate=est)
     if dry_run:
-        return result("dry_run", "run folder written; the command was not run", command=command,
+        note = (" Note, for this machine: " + "; ".join(refusals)) if refusals else ""
+        return result("dry_run", "run folder written; the command was not run." + note, command=command,
                       findings=findings, estimate=est)
 
     # 4. run

@@ -115,6 +115,8 @@ def run_fingerprint(args) -> dict:
 def check_output_dir(args, world_size: int) -> list[str]:
     """An output folder holding another run's checkpoints is refused unless resuming that run."""
     out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        return [f"--output-dir={out}: is a file; give a folder (it will be created)"]
     ckpts = out / "checkpoints"
     has_ckpts = ckpts.is_dir() and any(ckpts.glob("step-*"))
     run_file = out / "run.json"

@@ -60,16 +60,55 @@ def test_config_error_caught_before_launch(tmp_path):
     unparsable = tmp_path / "bad.json"
     unparsable.write_text('{"zero_optimization": {"stage": 3, "offload_param": {"pin_memory": True}}}')
     res = launch(plan(), tmp_path / "run2", config=str(unparsable), progress=False)
-    assert res.status == "config_error" and "cannot be read" in res.message
+    assert res.status == "config_error" and "not valid JSON" in res.message and "True" in res.message
     assert any("True" in f["message"] for f in res.findings)
 
 
 def test_estimate_over_memory_refused_unless_forced(tmp_path):
     # 1 TiB host need on purpose: claim a 1 GiB host
-    res = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False, dry_run=True)
-    assert res.status == "config_error" and "host RAM" in res.message
-    forced = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False, dry_run=True, force=True)
-    assert forced.status == "dry_run"
+    res = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False)
+    assert res.status == "config_error" and "host RAM" in res.message and "--force" in res.message
+    assert not (Path(res.run_dir) / "logs").exists()
+    # a dry run writes the commands for another machine: the numbers become a note, not a refusal
+    dry = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False, dry_run=True)
+    assert dry.status == "dry_run" and "host RAM" in dry.message
+
+
+def test_user_config_decides_the_run_and_is_linted_as_deepspeed_sees_it(tmp_path):
+    cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    res = launch(plan(zero_stage=3), tmp_path / "run", config=str(path), dry_run=True, progress=False)
+    assert res.status == "dry_run", res.message
+    assert "--zero-stage 2" in res.command and "--offload-optimizer cpu" in res.command
+    assert "--micro-batch 2" in res.command and "--grad-accum 8" in res.command and "--precision fp32" in res.command
+    # batch sizes left to "auto" are never filled: cookbook.train gives Accelerate no dataloader
+    del cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"]
+    path.write_text(json.dumps(cfg))
+    res = launch(plan(), tmp_path / "run2", config=str(path), dry_run=True, progress=False)
+    assert res.status == "config_error" and "train_micro_batch_size_per_gpu" in res.message
+    path.write_text("[1, 2]")
+    res = launch(plan(), tmp_path / "run3", config=str(path), dry_run=True, progress=False)
+    assert res.status == "config_error"
+
+
+def test_nvme_without_libaio_refused_before_launch(tmp_path):
+    from cookbook.env import _libaio_present
+    if _libaio_present():
+        pytest.skip("this machine has libaio")
+    res = launch(plan(zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path=str(tmp_path / "nv")),
+                 tmp_path / "run", progress=False, force=True)
+    assert res.status == "config_error" and "libaio" in res.message
+    assert not (tmp_path / "nv").exists()
+
+
+def test_output_dir_that_is_a_file_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    res = launch(plan(), f, progress=False)
+    assert res.status == "config_error" and "is a file" in res.message
 
 
 @pytest.mark.parametrize("kwargs,field", [
