@@ -671,14 +671,59 @@ def inspect_saved_model(folder: str | os.PathLike, *, full_load_max_params: floa
 # --------------------------------------------------------------------------------------------
 # reference results measured on GPUs
 
+#: Which GPU measurements each notebook shows, for records without a ``notebook`` field: the
+#: benchmark groups of ``data/reference`` (``group``) and the ZeRO variants (``label``) that retell
+#: that notebook's step. ``None`` means any. (``issue10``: Qwen2.5-3B on 2 ranks, the per-rank model
+#: states of Qwen-14B on 8; ``ladder_*``: the ZeRO ladder on a 3B model; ``llama7b_1rank``, ``stock``,
+#: ``bf16_states``: LLaMA-class runs on one GPU.)
+REFERENCE_SELECTION = {
+    "01": ({"issue10"}, None),
+    "02": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-2", "ZeRO-2 + opt→cpu")),
+    "03": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-3",)),
+    "04": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-3 + opt→cpu", "ZeRO-3 + opt→cpu + param→cpu")),
+    "05": ({"issue10", "ladder_2rank"}, None),
+    "06": ({"llama7b_1rank", "bf16_states", "stock", "ladder_1rank"}, None),
+}
+
+
+def _records_of(data) -> list[dict]:
+    """The run records in one reference file: a list, or a dict with ``rungs``/``runs``/``results``
+    (its other keys shared by every record, under ``_common``), or a dict that is itself one record."""
+    if isinstance(data, list):
+        return [dict(r) for r in data if isinstance(r, Mapping)]
+    if not isinstance(data, Mapping):
+        return []
+    for key in ("rungs", "runs", "results"):
+        if isinstance(data.get(key), list):
+            common = {k: v for k, v in data.items() if k not in ("rungs", "runs", "results")}
+            return [dict(r, _common=common) for r in data[key] if isinstance(r, Mapping)]
+    return [dict(data)] if "status" in data or "summary" in data else []
+
+
+def _selected(record: Mapping, prefix: str | None, filename: str) -> bool:
+    if prefix is None:
+        return True
+    nb = str(record.get("notebook") or "")
+    if nb:
+        return nb.startswith(prefix)
+    if filename[:2].isdigit():
+        return filename.startswith(prefix)
+    groups, labels = REFERENCE_SELECTION.get(prefix, (set(), None))
+    if record.get("group") not in groups:
+        return False
+    return labels is None or _variant(record) in labels
+
+
 def reference_results(notebook: str | None = None, directory: str | os.PathLike | None = None) -> list[dict]:
     """Results measured on GPUs, from ``data/reference/*.json``; an empty list when there are none.
 
-    Each file holds one record (a dict) or several (a list, or a dict with ``runs``/``results``
-    list). A record is kept for ``notebook`` (``"02"`` or ``"02_zero2"``) when its ``notebook``
-    field, or the file name, starts with the notebook's number; ``notebook=None`` keeps all.
-    Every record gets ``_file`` (its file name). Unreadable files are skipped; with ``notebook=None``
-    each one appears as a record with ``_error`` saying why.
+    Each file holds a list of run records, a dict with a ``rungs``/``runs``/``results`` list (its
+    other keys — machine, versions, … — are shared by every record and kept under ``_common``), or
+    one record. A record is kept for ``notebook`` (``"02"`` or ``"02_zero2"``) when its ``notebook``
+    field starts with the number, else when the file name does, else by :data:`REFERENCE_SELECTION`;
+    ``notebook=None`` keeps all. Every record gets ``_file``. Files that are not run records (loss
+    curves, raw logs) are ignored; unreadable files too, except that with ``notebook=None`` each one
+    appears as a record with ``_error`` saying why.
     """
     folder = Path(directory) if directory else REFERENCE_DIR
     if not folder.is_dir():
@@ -692,62 +737,99 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
             if prefix is None:
                 out.append({"_file": path.name, "_error": f"{type(exc).__name__}: {exc}"})
             continue
-        if isinstance(data, Mapping):
-            inner = data.get("runs") if isinstance(data.get("runs"), list) else (
-                data.get("results") if isinstance(data.get("results"), list) else None)
-            if inner is not None:
-                common = {k: v for k, v in data.items() if k not in ("runs", "results")}
-                records = [dict(common, **r) for r in inner if isinstance(r, Mapping)]
-            else:
-                records = [dict(data)]
-        elif isinstance(data, list):
-            records = [dict(r) for r in data if isinstance(r, Mapping)]
-        else:
-            continue
-        for r in records:
+        for r in _records_of(data):
             r["_file"] = path.name
-            nb = str(r.get("notebook") or "")
-            if prefix is None or nb.startswith(prefix) or (not nb and path.name.startswith(prefix)):
+            if _selected(r, prefix, path.name):
                 out.append(r)
     return out
 
 
+def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
+    """What each reference file says about itself: its ``what`` line and each ``not_run`` entry
+    (what could not be measured, and why), prefixed with the file name; [] when there are none."""
+    folder = Path(directory) if directory else REFERENCE_DIR
+    notes = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, Mapping) and _records_of(data):
+            if data.get("what"):
+                notes.append(f"{path.name}: {data['what']}")
+            notes += [f"{path.name}: not run: {n}" for n in data.get("not_run") or []]
+    return notes
+
+
 def _pick(record: Mapping, *keys):
     for key in keys:
-        for where in (record, record.get("summary") or {}, record.get("measured") or {}):
+        for where in (record, record.get("summary") or {}, record.get("measured") or {}, record.get("plan") or {},
+                      record.get("_common") or {}):
             if isinstance(where, Mapping) and where.get(key) is not None:
                 return where[key]
     return None
 
 
+def _variant(record: Mapping) -> str | None:
+    variant = _pick(record, "variant", "label", "preset")
+    if variant is None and _pick(record, "zero_stage") is not None:
+        variant = f"ZeRO-{_pick(record, 'zero_stage')}"
+        for k, short in (("offload_optimizer", "opt"), ("offload_param", "param")):
+            v = _pick(record, k)
+            if v and v != "none":
+                variant += f" + {short}→{v}"
+    return variant
+
+
+def _hardware(record: Mapping) -> str:
+    """``2 × NVIDIA H200 capped at 24 GiB`` from a record's own fields or its file's machine/versions."""
+    common = record.get("_common") or {}
+    hw = _pick(record, "hardware", "gpu", "gpu_name", "device")
+    if isinstance(hw, Mapping):
+        hw = hw.get("name")
+    versions = common.get("versions") or {}
+    if not hw and versions.get("gpus"):
+        hw = versions["gpus"][0]
+    if not hw and isinstance(common.get("machine"), Mapping):
+        hw = common["machine"].get("gpus")
+    world = _pick(record, "world_size", "num_gpus")
+    cap = _pick(record, "emulate_gpu_memory_gib", "gpu_memory_cap_gib")
+    total = versions.get("gpu_memory_gib")
+    if cap is None and isinstance(total, (int, float)):
+        planned = (record.get("plan") or {}).get("gpu_memory_gib")
+        cap = planned if isinstance(planned, (int, float)) and planned < total - 1 else None
+    text = f"{world} × {hw}" if (hw and world and " x " not in str(hw)) else (hw or "GPU (unlabelled)")
+    return f"{text} capped at {cap:g} GiB" if isinstance(cap, (int, float)) else str(text)
+
+
+def _mean(values, first: bool):
+    vals = [v for v in (values or []) if isinstance(v, (int, float))]
+    part = vals[:5] if first else vals[-5:]
+    return round(sum(part) / len(part), 3) if part else None
+
+
 def reference_frame(notebook: str | None = None, directory: str | os.PathLike | None = None):
     """:func:`reference_results` as a table labelled with the hardware each result came from
-    (columns: hardware, run, model, world size, status, loss first/last, tokens/s, peak GPU GiB,
-    peak host GiB, file); an empty DataFrame when there are none."""
+    (columns: hardware, run, model, world size, status, loss first/last (means of the first/last 5
+    steps), tokens/s, projected RTX 4090 tokens/s where the benchmark gives one, peak GPU GiB, peak
+    host GiB, file); an empty DataFrame when there are none."""
     import pandas as pd
     rows = []
     for r in reference_results(notebook, directory):
         if "_error" in r:
             continue
-        hw = _pick(r, "hardware", "gpu", "device", "gpu_name")
-        if isinstance(hw, Mapping):
-            hw = hw.get("name") or json.dumps(hw)
-        cap = _pick(r, "emulate_gpu_memory_gib", "gpu_memory_cap_gib")
-        hw = f"{hw} (capped at {cap:g} GiB)" if hw and isinstance(cap, (int, float)) else hw
-        variant = _pick(r, "variant", "label", "name", "preset")
-        if variant is None and _pick(r, "zero_stage") is not None:
-            variant = f"ZeRO-{_pick(r, 'zero_stage')}"
-            for k, short in (("offload_optimizer", "opt"), ("offload_param", "param")):
-                v = _pick(r, k)
-                if v and v != "none":
-                    variant += f" + {short}→{v}"
-        rows.append({"hardware": hw or "GPU (unlabelled)", "run": variant, "model": _pick(r, "model"),
+        model = _pick(r, "model")
+        losses = r.get("losses")
+        projection = r.get("projection_rtx4090") or {}
+        rows.append({"hardware": _hardware(r), "run": _variant(r), "name": r.get("name"),
+                     "model": Path(str(model)).name if model else None,
                      "world size": _pick(r, "world_size", "num_gpus"), "status": _pick(r, "status"),
-                     "loss first": _pick(r, "first5_mean_loss", "first_loss"),
-                     "loss last": _pick(r, "last5_mean_loss", "last_loss"),
-                     "tokens/s": _pick(r, "tokens_per_s"), "samples/s": _pick(r, "samples_per_s"),
-                     "peak GPU GiB": _pick(r, "peak_gpu_reserved_gib", "peak_gpu_gib", "peak_gpu_allocated_gib"),
-                     "peak host GiB": _pick(r, "host_peak_gib"), "file": r["_file"]})
+                     "loss first": _pick(r, "first5_mean_loss") or _mean(losses, True),
+                     "loss last": _pick(r, "last5_mean_loss") or _mean(losses, False),
+                     "tokens/s": _pick(r, "tokens_per_s"),
+                     "RTX 4090 projection tokens/s": _round(projection.get("tokens_per_s"), 1),
+                     "peak GPU GiB": _round(_pick(r, "peak_gpu_reserved_gib", "peak_gpu_gib", "peak_gpu_allocated_gib"), 2),
+                     "peak host GiB": _round(_pick(r, "host_peak_gib"), 2), "file": r["_file"]})
     return pd.DataFrame(rows)
 
 
@@ -771,7 +853,8 @@ def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os
                      "peak host GiB": _round(r.get("host_peak_gib"), 2), "source": "this run"})
     ref = reference_frame(notebook, directory)
     for _, r in ref.iterrows():
-        rows.append({"hardware": r["hardware"], "run": r["run"], "status": r["status"], "world size": r["world size"],
+        rows.append({"hardware": r["hardware"], "run": f"{r['run']} ({r['model']})", "status": r["status"],
+                     "world size": r["world size"],
                      "loss first": r["loss first"], "loss last": r["loss last"], "tokens/s": r["tokens/s"],
                      "peak GPU GiB": r["peak GPU GiB"], "peak host GiB": r["peak host GiB"],
                      "source": f"data/reference/{r['file']}"})
@@ -898,7 +981,9 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
                                   embed_images))
     ref = reference_frame()
     if len(ref):
-        parts.append("<h2>Measured on GPUs (data/reference)</h2>" + ref.to_html(index=False, na_rep="–"))
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in reference_notes())
+        parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
+                     + ref.to_html(index=False, na_rep="–"))
     # each notebook
     for e, res in zip(entries, results):
         name = e["name"]
@@ -935,7 +1020,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
 __all__ = ["ARTICLE_MEMORY_CLAIMS", "choose_variant", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "Recorder", "ReportError",
            "FACTS_DIR", "article_config", "article_config_path", "beside_reference", "check_recorded", "article_memory_table", "batch_sweep", "batch_sweep_frame",
            "hardware_label", "inspect_saved_model", "load_results", "plot_batch_sweep", "plot_loss", "plot_runs",
-           "reference_frame", "reference_results", "rehearsal", "run_record", "runs_frame", "same_math", "scaled_budget_gib",
+           "reference_frame", "reference_notes", "reference_results", "rehearsal", "run_record", "runs_frame", "same_math", "scaled_budget_gib",
            "throughput_ceiling", "variants_frame", "write_html_report"]
 
 

@@ -109,7 +109,8 @@ def reference_cells(number: str, runs: str) -> list[dict]:
         each row labelled with the hardware it came from. Only this run's rows appear when none were recorded.
         """),
         code(f"""
-        rec.add(reference=report.reference_results("{number}"))
+        rec.add(reference=report.reference_results("{number}"), reference_notes=report.reference_notes())
+        print(*report.reference_notes(), sep="\\n")
         rec.table("this run beside the GPU measurements", report.beside_reference({runs}, "{number}"))
         """),
     ]

@@ -218,19 +218,35 @@ def test_recorder_writes_results_and_figures(tmp_path):
 def test_reference_results_tolerate_absence_and_formats(tmp_path):
     assert report.reference_results(directory=tmp_path / "missing") == []
     assert report.reference_frame(directory=tmp_path / "missing").empty
-    (tmp_path / "02_h200.json").write_text(json.dumps(
+    # records that name their notebook
+    (tmp_path / "h200_named.json").write_text(json.dumps(
         {"hardware": "NVIDIA H200", "emulate_gpu_memory_gib": 24, "runs": [
             {"notebook": "02_zero2", "zero_stage": 2, "status": "gpu_oom"},
             {"notebook": "04_zero3_offload", "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu",
              "summary": {"tokens_per_s": 900.0, "peak_gpu_reserved_gib": 9.5, "world_size": 8}}]}))
+    # the benchmark's format: rungs with a group, a label and the plan; machine facts shared
+    (tmp_path / "bench.json").write_text(json.dumps(
+        {"versions": {"gpus": ["NVIDIA H200"], "gpu_memory_gib": 139.8}, "rungs": [
+            {"name": "z3-offall", "group": "issue10", "label": "ZeRO-3 + opt→cpu + param→cpu", "status": "ok",
+             "tokens_per_s": 1960.6, "losses": [11.0, 10.0, 9.0, 8.0, 7.0, 6.0], "projection_rtx4090": {"tokens_per_s": 682.8},
+             "plan": {"model": "/somewhere/qwen2.5-3b", "num_gpus": 2, "gpu_memory_gib": 24.0}},
+            {"name": "stock", "group": "stock", "label": "ZeRO-3", "status": "ok",
+             "plan": {"model": "llama-3b", "num_gpus": 1, "gpu_memory_gib": 24.0}}]}))
+    (tmp_path / "curves.json").write_text(json.dumps({"what": "loss curves", "curves": {"a": [1, 2]}}))  # no runs
     (tmp_path / "broken.json").write_text("{not json")
-    rows = report.reference_results("04", directory=tmp_path)
-    assert len(rows) == 1 and rows[0]["_file"] == "02_h200.json"
-    frame = report.reference_frame("04", directory=tmp_path)
-    assert frame.loc[0, "hardware"] == "NVIDIA H200 (capped at 24 GiB)"
-    assert frame.loc[0, "run"] == "ZeRO-3 + opt→cpu + param→cpu"
-    assert frame.loc[0, "tokens/s"] == 900.0 and frame.loc[0, "world size"] == 8
-    assert any("_error" in r for r in report.reference_results(directory=tmp_path))
+    frame = report.reference_frame("04", directory=tmp_path).set_index("file")
+    assert list(frame.index) == ["bench.json", "h200_named.json"]
+    named, bench = frame.loc["h200_named.json"], frame.loc["bench.json"]
+    assert named["hardware"] == "8 × NVIDIA H200 capped at 24 GiB" and named["tokens/s"] == 900.0
+    assert named["run"] == "ZeRO-3 + opt→cpu + param→cpu"
+    assert bench["hardware"] == "2 × NVIDIA H200 capped at 24 GiB" and bench["model"] == "qwen2.5-3b"
+    assert bench["loss first"] == 9.0 and bench["loss last"] == 8.0          # means of the first / last 5 steps
+    assert bench["RTX 4090 projection tokens/s"] == 682.8
+    assert report.reference_frame("03", directory=tmp_path).empty       # "stock" is not a notebook-03 group
+    everything = report.reference_results(directory=tmp_path)
+    assert len([r for r in everything if "_error" not in r]) == 4 and any("_error" in r for r in everything)
+    both = report.beside_reference({"ZeRO-3": {"status": "ok", "losses": [], "summary": None}}, "01", tmp_path)
+    assert list(both["source"]) == ["this run", "data/reference/bench.json"]
 
 
 def test_inspect_saved_model_needs_weights(tmp_path):
