@@ -285,6 +285,8 @@ def child_env(plan: Plan, extra: dict | None = None, *, log_dir: Path) -> tuple[
             continue
         env[key] = str(value)
         added[key] = str(value)
+    if "TORCH_EXTENSIONS_DIR" not in os.environ:
+        env["TORCH_EXTENSIONS_DIR"] = added["TORCH_EXTENSIONS_DIR"] = str(extensions_dir())
     env["COOKBOOK_LOG_DIR"] = str(log_dir)
     # the project must be importable by the ranks even when not installed
     root = str(Path(__file__).resolve().parent.parent)
@@ -346,6 +348,17 @@ def default_precision() -> str:
         return "fp32"
 
 
+def extensions_dir() -> Path:
+    """Where DeepSpeed's JIT-built ops go: one folder per Python environment.
+
+    torch's default (``~/.cache/torch_extensions/py311_cpu``) is shared by every virtual environment of
+    the same Python; two environments with different include paths then rebuild the ops (CPU Adam,
+    fused Adam, the shared-memory comm op: minutes each) every time they alternate."""
+    import hashlib
+    tag = hashlib.sha1(sys.prefix.encode()).hexdigest()[:10]
+    return Path.home() / ".cache" / "torch_extensions" / f"cookbook-{tag}"
+
+
 def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:
     """Remove JIT-build lock files older than ``max_age_s`` from torch's extensions folder.
 
@@ -355,9 +368,9 @@ def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:
     killed while holding it leaves it behind and every later run then waits forever at startup.
     A build takes well under ``max_age_s``; an older lock is stale. Returns the paths removed.
     """
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    roots = {Path(os.environ.get("TORCH_EXTENSIONS_DIR") or extensions_dir()), Path.home() / ".cache" / "torch_extensions"}
     removed = []
-    for lock in root.glob("*/*/lock") if root.is_dir() else []:
+    for lock in [l for root in roots if root.is_dir() for l in (*root.glob("*/lock"), *root.glob("*/*/lock"))]:
         try:
             if time.time() - lock.stat().st_mtime > max_age_s:
                 lock.unlink()
@@ -431,7 +444,8 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
                 gib = float(alloc.group(1)) / {"GiB": 1, "MiB": 1024, "KiB": 1024 ** 2}[alloc.group(2)]
             rank = int(re.sub(r"\D", "", name) or 0)
             tb = next((t for t in tracebacks(text) if "OutOfMemoryError" in t or "out of memory" in t), "")
-            msg = (f"rank {rank} ran out of GPU memory" + (f" trying to allocate {gib:.2f} GiB" if gib is not None else "")
+            size = (f"{gib:.2f} GiB" if gib >= 0.1 else f"{gib * 1024:.2f} MiB") if gib is not None else None
+            msg = (f"rank {rank} ran out of GPU memory" + (f" trying to allocate {size}" if size else "")
                    + (f"; the estimate was {gpu_est:.1f} GiB per GPU" if gpu_est else "")
                    + ". Move to the next ZeRO step (stage 3, then optimizer and parameter offload), lower the "
                      "micro batch or turn on gradient checkpointing.")
@@ -523,8 +537,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         force: launch even when the estimate says it will not fit (lint errors always stop it).
         dry_run: write the run folder and return the command without running it.
         hang_timeout_s: seconds without any output from rank 0 before the watchdog stops the run.
-        startup_timeout_s: the same limit before rank 0's first line (imports, process-group setup);
-            default ``max(hang_timeout_s, 600)``: a 7B model takes minutes to initialise.
+        startup_timeout_s: the same limit before rank 0's first training step (imports, JIT op builds,
+            model initialisation); default ``max(hang_timeout_s, 600)``: a 7B model takes minutes.
         env: extra environment variables for the ranks (they win over recommendations).
         progress: show a tqdm bar of steps with loss and tokens/s.
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
@@ -641,8 +655,8 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
     """Run the launcher(s) in new process groups; stream rank 0's steps; stop everything on a hang."""
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=max_steps, desc="training", unit="step")
+        from tqdm.std import tqdm  # text, not a widget: the executed notebook keeps the final line
+        bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
     launcher_log = open(log_dir / "launcher.log", "ab")
     # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
     commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
@@ -650,7 +664,7 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
     procs = [subprocess.Popen(c, env=env, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True)
              for c in commands]
     rank0 = log_dir / "rank0.log"
-    offset, last_activity, hung, buffer = 0, time.time(), False, ""
+    offset, last_activity, hung, buffer, stepped = 0, time.time(), False, "", False
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
@@ -665,12 +679,16 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                     buffer += chunk
                     *lines, buffer = buffer.split("\n")
                     for line in lines:
+                        if line.startswith(STEP_PREFIX):
+                            stepped = True
                         if line.startswith(STEP_PREFIX) and bar is not None:
                             row = json.loads(line[len(STEP_PREFIX):])
                             bar.n = row["step"]
                             bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
                             bar.refresh()
-            limit = hang_timeout_s if offset else startup_timeout_s
+            # before the first step, initialisation (model build, JIT op builds, process groups) may
+            # take minutes in silence; after it, a silent rank 0 means a hang
+            limit = hang_timeout_s if stepped else startup_timeout_s
             if time.time() - last_activity > limit:
                 hung = True
                 _stop(procs)
