@@ -252,6 +252,8 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
     from papermill.exceptions import PapermillExecutionError
 
     out = Path(output_dir).resolve()
+    if out.exists() and not out.is_dir():
+        raise RunAllError(f"--output-dir={out}: is a file; give a folder (it will be created)")
     notebooks = select(list_notebooks(notebooks_dir), only)
     per_notebook = parameters_for(notebooks, list(parameters or []))
     out.mkdir(parents=True, exist_ok=True)
