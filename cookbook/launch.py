@@ -637,8 +637,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     returncode, hung = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress, max_steps, startup)
     status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est)
     summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() and status == "ok" else (
-        json.loads(summary_path.read_text()) if summary_path.is_file() else None)
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     metrics_path = run_dir / "metrics.jsonl"
     metrics = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()] if metrics_path.is_file() else []
     logs = {"launcher": str(log_dir / "launcher.log")}

@@ -564,7 +564,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
             break
 
     finished = last_step >= args.max_steps
-    if finished and args.final_save and (not args.save_steps or True):
+    if finished and args.final_save:
         save(last_step)
 
     # ---- verify the saved model --------------------------------------------------------------
