@@ -310,11 +310,80 @@ def runs_frame(runs: Mapping[str, Any]):
             "estimate host GiB": _round(r.get("estimate_host_gib"), 2),
             "duration s": r.get("duration_s"),
         })
-    return pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
+    return tidy_frame(pd.DataFrame(rows).set_index("run")) if rows else pd.DataFrame()
 
 
 def _round(v, n):
     return None if v is None else round(float(v), n)
+
+
+#: Shown in a table cell whose value is missing (never a raw ``None``/``NaN``/``<NA>``).
+MISSING = "—"
+
+#: Columns that hold whole numbers (counts), shown without a decimal point even when pandas upcast them
+#: to float because some rows lack a value.
+INTEGER_COLUMNS = frozenset({"world size", "steps", "step", "micro batch", "seq len", "grad accum",
+                             "gradient accumulation steps", "global batch", "returncode", "num_gpus",
+                             "world_size", "micro_batch", "grad_accum", "seq_len", "ZeRO stage", "zero_stage"})
+
+#: Words that mark a column only a GPU can fill (GPU memory peaks, TFLOPS, MFU): empty on the CPU rehearsal.
+_GPU_ONLY_MARKS = ("gpu", "tflops", "mfu")
+
+#: Appended to the header of a GPU-only column that the CPU rehearsal leaves empty.
+CPU_NA = " — n/a (CPU)"
+
+
+def _missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def tidy_frame(frame, *, rehearsal: bool | None = None):
+    """A table ready to show: no raw ``None``/``NaN``, counts as integers, GPU-only columns labelled.
+
+    * Columns in :data:`INTEGER_COLUMNS` show whole numbers as ``2``, not ``2.0`` (pandas upcasts an
+      integer column with a missing value to float).
+    * A column only a GPU fills (name containing ``GPU``, ``tflops`` or ``mfu``) that is empty in every
+      row, on a CPU rehearsal, gets ``— n/a (CPU)`` appended to its header once and blank cells.
+    * Every other missing cell shows :data:`MISSING` (``—``).
+
+    Args:
+        frame: a pandas DataFrame (not modified).
+        rehearsal: True when the rows come from the CPU rehearsal; None infers it from a ``hardware``
+            column (every value starting with ``CPU rehearsal``), else False.
+
+    Returns:
+        a new DataFrame (object columns where a cell was filled); the index is kept.
+    """
+    import pandas as pd
+    if not isinstance(frame, pd.DataFrame):
+        raise ReportError(f"tidy_frame got {type(frame).__name__}: give a pandas DataFrame")
+    out = frame.copy()
+    if rehearsal is None:
+        hw = out["hardware"] if "hardware" in out.columns else None
+        rehearsal = bool(hw is not None and len(hw) and all(str(h).startswith("CPU rehearsal") for h in hw))
+    renames = {}
+    for col in list(out.columns):
+        values = list(out[col])
+        empty = all(_missing(v) for v in values)
+        name = str(col)
+        if empty and len(values) and rehearsal and any(m in name.lower() for m in _GPU_ONLY_MARKS):
+            out[col] = [""] * len(values)
+            renames[col] = name + CPU_NA
+            continue
+        whole = name in INTEGER_COLUMNS and all(
+            _missing(v) or (isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer())
+            for v in values)
+        if whole:
+            out[col] = pd.Series([MISSING if _missing(v) else int(v) for v in values], index=out.index, dtype=object)
+        elif any(_missing(v) for v in values):
+            out[col] = pd.Series([MISSING if _missing(v) else v for v in values], index=out.index, dtype=object)
+    return out.rename(columns=renames)
 
 
 def _new_figure(*, nrows: int = 1, ncols: int = 1, figsize=(7, 4)):
@@ -830,7 +899,7 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
                      "RTX 4090 projection tokens/s": _round(projection.get("tokens_per_s"), 1),
                      "peak GPU GiB": _round(_pick(r, "peak_gpu_reserved_gib", "peak_gpu_gib", "peak_gpu_allocated_gib"), 2),
                      "peak host GiB": _round(_pick(r, "host_peak_gib"), 2), "file": r["_file"]})
-    return pd.DataFrame(rows)
+    return tidy_frame(pd.DataFrame(rows), rehearsal=False)
 
 
 def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os.PathLike | None = None):
@@ -858,7 +927,7 @@ def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os
                      "loss first": r["loss first"], "loss last": r["loss last"], "tokens/s": r["tokens/s"],
                      "peak GPU GiB": r["peak GPU GiB"], "peak host GiB": r["peak host GiB"],
                      "source": f"data/reference/{r['file']}"})
-    return pd.DataFrame(rows)
+    return tidy_frame(pd.DataFrame(rows), rehearsal=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -883,7 +952,29 @@ def variants_frame(results: Iterable[Mapping]):
                 "tokens/s": _round(r.get("tokens_per_s"), 1),
                 "loss first 5": _round(r.get("first5_mean_loss"), 3), "loss last 5": _round(r.get("last5_mean_loss"), 3),
             })
-    return pd.DataFrame(rows)
+    return tidy_frame(pd.DataFrame(rows))
+
+
+def rehearsal_memory_note(num_params: int | None = None) -> str:
+    """One sentence saying why the CPU rehearsal's measured memory is nearly the same for every ZeRO variant.
+
+    In the rehearsal the measured peak is the host RSS of all ranks, dominated by the Python/torch/DeepSpeed
+    runtime (:data:`cookbook.memory.RUNTIME_BASELINE_GIB` per rank, measured on the rehearsal), while the
+    model states of the tiny model are megabytes: 16 bytes per parameter with mixed-precision Adam (2 + 2
+    for 16-bit parameters and gradients, 4 + 4 + 4 for fp32 master weights and Adam m, v; ZeRO paper,
+    Rajbhandari et al. 2020, §3.1).
+
+    Args:
+        num_params: the rehearsal model's parameter count, to state its model states in MiB; None omits it.
+    """
+    from .memory import RUNTIME_BASELINE_GIB
+    states = (f" (16 B/param × {int(num_params):,} parameters = {16 * int(num_params) / 2**20:.1f} MiB)"
+              if isinstance(num_params, (int, float)) and num_params > 0 else "")
+    return (f"Why the CPU rehearsal's measured memory hardly differs between ZeRO variants: it is the host RSS of "
+            f"all ranks, and the Python/torch/DeepSpeed runtime (~{RUNTIME_BASELINE_GIB:g} GiB per rank, measured) "
+            f"dominates it, while the tiny model's states are megabytes{states}; the variants differ only at real "
+            f"model sizes — see the estimates, and the GPU measurements in data/reference/ (each labelled with its "
+            f"hardware) where they exist.")
 
 
 def same_math(runs: Mapping[str, Mapping]) -> list[str]:
@@ -964,7 +1055,11 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         parts.append("<h2>ZeRO variants side by side</h2><p>Every run the notebooks launched: memory (estimate beside "
                      "the measured peak: GPU per rank on GPUs, host RSS of all ranks on the CPU rehearsal), "
                      "throughput (median step) and loss (mean of the first and last 5 steps).</p>"
-                     + vf.to_html(index=False, na_rep="–"))
+                     + vf.to_html(index=False, na_rep=MISSING))
+        cpu = [r for res in results if res and res.get("rehearsal") for r in (res.get("runs") or {}).values()]
+        if cpu:
+            sizes = [r.get("num_params") for r in cpu if isinstance(r.get("num_params"), (int, float))]
+            parts.append(f"<p>{html.escape(rehearsal_memory_note(max(sizes) if sizes else None))}</p>")
     runs = {f"{res['notebook'][:2]} {label}": r for res in results if res
             for label, r in (res.get("runs") or {}).items() if r.get("status") == "ok"}
     for sentence in same_math(runs):
@@ -983,7 +1078,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     if len(ref):
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in reference_notes())
         parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
-                     + ref.to_html(index=False, na_rep="–"))
+                     + ref.to_html(index=False, na_rep=MISSING))
     # each notebook
     for e, res in zip(entries, results):
         name = e["name"]
@@ -1006,7 +1101,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in res["headline"]) + "</ul>")
         for tname, records in (res.get("tables") or {}).items():
             if records:
-                parts.append(f"<h3>{html.escape(tname)}</h3>" + pd.DataFrame(records).to_html(index=False, na_rep="–"))
+                parts.append(f"<h3>{html.escape(tname)}</h3>" + tidy_frame(pd.DataFrame(records), rehearsal=bool(res.get("rehearsal"))).to_html(index=False, na_rep=MISSING))
         for fig in res.get("figures") or []:
             fpath = Path(e["output_dir"]) / fig
             if fpath.is_file():
@@ -1019,7 +1114,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
 
 __all__ = ["ARTICLE_MEMORY_CLAIMS", "choose_variant", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "Recorder", "ReportError",
            "FACTS_DIR", "article_config", "article_config_path", "beside_reference", "check_recorded", "article_memory_table", "batch_sweep", "batch_sweep_frame",
-           "hardware_label", "inspect_saved_model", "load_results", "plot_batch_sweep", "plot_loss", "plot_runs",
+           "hardware_label", "inspect_saved_model", "rehearsal_memory_note", "tidy_frame", "load_results", "plot_batch_sweep", "plot_loss", "plot_runs",
            "reference_frame", "reference_notes", "reference_results", "rehearsal", "run_record", "runs_frame", "same_math", "scaled_budget_gib",
            "throughput_ceiling", "variants_frame", "write_html_report"]
 

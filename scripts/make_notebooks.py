@@ -107,10 +107,15 @@ def reference_cells(number: str, runs: str) -> list[dict]:
 
         This run next to the results the maintainers measured on real GPUs for this notebook (`data/reference/`),
         each row labelled with the hardware it came from. Only this run's rows appear when none were recorded.
+        In the CPU rehearsal this run's memory is the host RSS of all ranks: the Python/torch/DeepSpeed runtime
+        (~0.55 GiB per rank, measured) dominates it and the tiny model's states are megabytes, so the ZeRO variants
+        differ only at real sizes — the GPU rows show those.
         """),
         code(f"""
         rec.add(reference=report.reference_results("{number}"), reference_notes=report.reference_notes())
         print(*report.reference_notes(), sep="\\n")
+        if report.rehearsal():
+            print(report.rehearsal_memory_note())
         rec.table("this run beside the GPU measurements", report.beside_reference({runs}, "{number}"))
         """),
     ]
@@ -647,7 +652,10 @@ NB04_EXTRA = [
     rec.table("offload variants for the target: GPU and host RAM", offloads.to_frame())
     """),
     code("""
-    rec.figure(memory.plot_breakdown(offloads, where="host"), "host_ram")
+    fig = memory.plot_breakdown(offloads, where="host")
+    fig.set_size_inches(9, 4.5)  # room for the two-line variant labels under each bar
+    fig.tight_layout()
+    rec.figure(fig, "host_ram")
     """),
     code("""
     full = offloads[1]
@@ -856,8 +864,8 @@ NB05 = [
     """),
     code("""
     metrics = result.metrics_frame()
-    rec.table("metrics (last 5 steps)", metrics.tail(5))
-    metrics.tail(10)
+    rec.table("metrics (last 5 steps)", report.tidy_frame(metrics.tail(5), rehearsal=REHEARSAL))
+    report.tidy_frame(metrics.tail(10), rehearsal=REHEARSAL)
     """),
     code("""
     rec.figure(report.plot_loss({f"{run_plan.label} ({report.hardware_label(result)})": result}), "loss")
@@ -992,7 +1000,10 @@ NB06 = [
     rec.table("the ladder on 1 × 24 GiB with 64 GiB RAM", ladder.to_frame())
     """),
     code("""
-    rec.figure(memory.plot_breakdown(ladder, where="host"), "host_ram")
+    fig = memory.plot_breakdown(ladder, where="host")
+    fig.set_size_inches(9, 4.5)  # room for the two-line variant labels under each bar
+    fig.tight_layout()
+    rec.figure(fig, "host_ram")
     """),
     md("""
     ## 3. What the article's throughput would require

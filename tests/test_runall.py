@@ -208,11 +208,42 @@ def test_recorder_writes_results_and_figures(tmp_path):
     assert (tmp_path / "nb" / "figures" / "loss.png").stat().st_size > 1000
     frame = report.runs_frame({"ZeRO-2": r})
     assert frame.loc["ZeRO-2", "loss last 5"] == 5.5 and frame.loc["ZeRO-2", "estimate host GiB"] == 1.1
+    rec.table("the run", frame)
     page = report.write_html_report(tmp_path, [{"name": "02_zero2", "status": "ok", "duration_s": 1.0,
                                                 "executed": str(tmp_path / "02_zero2.ipynb"),
                                                 "output_dir": str(tmp_path / "nb")}])
     text = page.read_text()
     assert "ZeRO variants side by side" in text and "data:image/png;base64," in text and "h1" in text
+    # CPU rehearsal: world size an integer, GPU-only columns labelled once in the header, no raw None
+    assert frame.loc["ZeRO-2", "world size"] == 2 and isinstance(frame.loc["ZeRO-2", "world size"], int)
+    assert "peak GPU reserved GiB — n/a (CPU)" in frame.columns and frame.loc["ZeRO-2", "steps"] == "—"
+    assert "<td>None</td>" not in text and "<td>2.0</td>" not in text and "<td>2</td>" in text
+    assert "n/a (CPU)" in text and "0.55 GiB per rank" in text   # why the rehearsal's variants measure alike
+
+
+def test_tidy_frame_counts_blanks_and_gpu_columns():
+    import pandas as pd
+    raw = pd.DataFrame([{"hardware": "CPU rehearsal (1 rank)", "world size": 1.0, "steps": None, "peak GPU GiB": None,
+                         "tflops": float("nan"), "loss": 7.25, "note": None},
+                        {"hardware": "CPU rehearsal (2 ranks)", "world size": 2.0, "steps": 10.0, "peak GPU GiB": None,
+                         "tflops": None, "loss": None, "note": "x"}])
+    t = report.tidy_frame(raw)
+    assert list(t["world size"]) == [1, 2] and all(type(v) is int for v in t["world size"])
+    assert list(t["steps"]) == ["—", 10] and list(t["loss"]) == [7.25, "—"] and list(t["note"]) == ["—", "x"]
+    assert list(t["peak GPU GiB — n/a (CPU)"]) == ["", ""] and list(t["tflops — n/a (CPU)"]) == ["", ""]
+    assert raw["world size"].tolist() == [1.0, 2.0]            # the input is not modified
+    gpu = report.tidy_frame(raw.assign(hardware="2 × NVIDIA H200"))  # on GPUs an empty GPU column is just missing
+    assert list(gpu["peak GPU GiB"]) == ["—", "—"]
+    half = report.tidy_frame(pd.DataFrame({"world size": [2.5]}))     # not whole: left as it is
+    assert half["world size"].tolist() == [2.5]
+    with pytest.raises(report.ReportError, match="DataFrame"):
+        report.tidy_frame([{"a": 1}])
+
+
+def test_rehearsal_memory_note_states_size():
+    note = report.rehearsal_memory_note(354_880)
+    assert "0.55 GiB per rank" in note and "5.4 MiB" in note and "data/reference/" in note  # 16 × 354880 / 2**20 = 5.42
+    assert "MiB)" not in report.rehearsal_memory_note()
 
 
 def test_reference_results_tolerate_absence_and_formats(tmp_path):
