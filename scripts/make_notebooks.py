@@ -511,7 +511,7 @@ def step_notebook(number: str, stem: str, name: str, goal: str, previous: str, n
         """),
         code("""
         run_estimate = memory.estimate(run_plan, device="cpu" if REHEARSAL else "cuda", ds_config=run_config)
-        beside = memory.compare(run_estimate, result.summary or {})
+        beside = report.tidy_frame(memory.compare(run_estimate, result.summary or {}), rehearsal=False)
         rec.table("estimate beside measurement (this run)", beside)
         """),
         code("""
@@ -894,7 +894,7 @@ NB05 = [
     code("""
     run_estimate = memory.estimate(run_plan, device="cpu" if REHEARSAL else "cuda", ds_config=run_config,
                                    bf16_states=BF16_STATES)
-    rec.table("estimate beside measurement (this run)", memory.compare(run_estimate, result.summary or {}))
+    rec.table("estimate beside measurement (this run)", report.tidy_frame(memory.compare(run_estimate, result.summary or {}), rehearsal=False))
     """),
     code("""
     rec.table("memory and throughput", report.runs_frame({run_plan.label: result}))
@@ -1109,7 +1109,7 @@ NB06 = [
     """),
     code("""
     run_estimate = memory.estimate(run_plan, device="cpu" if REHEARSAL else "cuda", ds_config=run_config)
-    rec.table("estimate beside measurement (CPU offload run)", memory.compare(run_estimate, result.summary or {}))
+    rec.table("estimate beside measurement (CPU offload run)", report.tidy_frame(memory.compare(run_estimate, result.summary or {}), rehearsal=False))
     rec.table("memory and throughput", report.runs_frame(runs))
     """),
     code("""
