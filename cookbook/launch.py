@@ -461,7 +461,8 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
                  "or more RAM. Swap does not help: pinned memory cannot be swapped.")
         return "host_oom", msg, {"rank": rank, "signal": 9, "estimate_host_gib": host_est}
     if returncode == 0 and summary and summary.get("status") == "ok":
-        return "ok", (f"{summary['steps']} steps on {summary['world_size']} ranks: loss {summary['first_loss']:.3f} → "
+        ranks = f"{summary['world_size']} rank" + ("s" if summary["world_size"] != 1 else "")
+        return "ok", (f"{summary['steps']} steps on {ranks}: loss {summary['first_loss']:.3f} → "
                       f"{summary['last_loss']:.3f}, {summary['tokens_per_s']:.0f} tokens/s"), {}
     # the first real traceback, not the secondary ones (peers losing their connection, the launcher)
     for name, text in list(texts.items()) + [("launcher", launcher)]:
