@@ -872,8 +872,11 @@ def _hardware(record: Mapping) -> str:
 
 
 def _mean(values, first: bool):
+    """Mean of the first (last) 5 losses; for runs under 10 steps the first (last) loss itself, so a
+    short run's two columns do not average the same steps."""
     vals = [v for v in (values or []) if isinstance(v, (int, float))]
-    part = vals[:5] if first else vals[-5:]
+    k = 5 if len(vals) >= 10 else 1
+    part = vals[:k] if first else vals[-k:]
     return round(sum(part) / len(part), 3) if part else None
 
 
