@@ -580,20 +580,14 @@ if __name__ == "__main__":
 """
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _allreduce_once(p2p_disable: str, world: int, timeout_s: float, size_mib: int, iters: int) -> dict:
     env = dict(os.environ, NCCL_P2P_DISABLE=p2p_disable)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_ALLREDUCE)
         script = f.name
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, script, str(world), str(_free_port()), str(size_mib), str(iters)],
+    from .launch import free_port
+    proc = subprocess.Popen([sys.executable, script, str(world), str(free_port()), str(size_mib), str(iters)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:

@@ -392,6 +392,16 @@ def _new_figure(*, nrows: int = 1, ncols: int = 1, figsize=(7, 4)):
     return fig, axes
 
 
+def plot_host_ram(estimates):
+    """Host-RAM breakdown per variant (:func:`cookbook.memory.plot_breakdown` with ``where="host"``), wide
+    enough for the two-line variant labels under each bar. Returns the matplotlib Figure."""
+    from . import memory
+    fig = memory.plot_breakdown(estimates, where="host")
+    fig.set_size_inches(9, 4.5)
+    fig.tight_layout()
+    return fig
+
+
 def plot_loss(runs: Mapping[str, Any], ax=None, *, title: str = "training loss"):
     """Loss per optimizer step of one or more runs (runs without steps are listed in the legend as such).
 

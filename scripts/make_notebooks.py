@@ -652,10 +652,7 @@ NB04_EXTRA = [
     rec.table("offload variants for the target: GPU and host RAM", offloads.to_frame())
     """),
     code("""
-    fig = memory.plot_breakdown(offloads, where="host")
-    fig.set_size_inches(9, 4.5)  # room for the two-line variant labels under each bar
-    fig.tight_layout()
-    rec.figure(fig, "host_ram")
+    rec.figure(report.plot_host_ram(offloads), "host_ram")
     """),
     code("""
     full = offloads[1]
@@ -1000,10 +997,7 @@ NB06 = [
     rec.table("the ladder on 1 × 24 GiB with 64 GiB RAM", ladder.to_frame())
     """),
     code("""
-    fig = memory.plot_breakdown(ladder, where="host")
-    fig.set_size_inches(9, 4.5)  # room for the two-line variant labels under each bar
-    fig.tight_layout()
-    rec.figure(fig, "host_ram")
+    rec.figure(report.plot_host_ram(ladder), "host_ram")
     """),
     md("""
     ## 3. What the article's throughput would require
