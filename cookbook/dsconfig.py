@@ -500,7 +500,7 @@ def _build_for_cli(args):
         if value is not None:
             fields[name] = value
     if args.gpu and not args.precision:
-        from .lint import gpu_compute_capability
+        from .hardware import gpu_compute_capability
         cc = gpu_compute_capability(args.gpu)
         if cc is None:
             print(f"error: --gpu {args.gpu!r}: unknown GPU; pass --precision bf16 (compute capability >= 8.0) "

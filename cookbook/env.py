@@ -21,7 +21,6 @@ as ``"<set>"`` — never their values — in the facts, the report and its JSON.
 from __future__ import annotations
 
 import ast
-import ctypes.util
 import difflib
 import html
 import importlib.metadata
@@ -40,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hardware import LIBAIO_PACKAGES, free_port, libaio_present
 from .plan import Plan, PlanError, add_plan_arguments, plan_from_args
 
 GIB = 2**30
@@ -94,10 +94,6 @@ SECRET_MASK = "<set>"
 #: Packages for the version check, with the pip name for the fix.
 _PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("transformers", "transformers"),
              ("accelerate", "accelerate"))
-
-#: libaio development package per package manager; DeepSpeed's
-#: ``deepspeed/ops/op_builder/async_io.py::AsyncIOBuilder.check_for_libaio_pkg`` names the same ones.
-LIBAIO_PACKAGES = "sudo apt-get install libaio-dev  (Debian/Ubuntu) · sudo dnf install libaio-devel  (RHEL/Fedora) · sudo pacman -S libaio  (Arch)"
 
 
 class FactsError(ValueError):
@@ -473,12 +469,6 @@ def _run_probe(timeout_s: float) -> dict:
     return {"probe_error": f"probe exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
 
 
-def _libaio_present() -> bool:
-    """libaio headers and shared library both found (what DeepSpeed's AsyncIOBuilder compiles against)."""
-    headers = any(os.path.exists(os.path.join(d, "libaio.h")) for d in ("/usr/include", "/usr/local/include"))
-    return headers and ctypes.util.find_library("aio") is not None
-
-
 def _existing_parent(path: str) -> Path:
     p = Path(path).expanduser().absolute()
     while not p.exists() and p != p.parent:
@@ -517,7 +507,7 @@ def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allred
     facts["python_headers"] = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
     facts["ninja"] = shutil.which("ninja") is not None
     facts["cxx"] = shutil.which(os.environ.get("CXX", "c++")) is not None
-    facts["libaio"] = _libaio_present()
+    facts["libaio"] = libaio_present()
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     facts["host_memory_gib"] = round(vm.total / GIB, 2)
     facts["host_available_gib"] = round(vm.available / GIB, 2)
@@ -586,7 +576,6 @@ def _allreduce_once(p2p_disable: str, world: int, timeout_s: float, size_mib: in
         f.write(_ALLREDUCE)
         script = f.name
     t0 = time.monotonic()
-    from .launch import free_port
     proc = subprocess.Popen([sys.executable, script, str(world), str(free_port()), str(size_mib), str(iters)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)

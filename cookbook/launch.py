@@ -32,13 +32,13 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .hardware import LIBAIO_PACKAGES, free_port, libaio_present, on_gpu_machine
 from .plan import Plan, PlanError
 from .train import ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, validate_inputs
 
@@ -123,12 +123,6 @@ class RunResult:
 
 # ----------------------------------------------------------------------------------------------
 # run folder and commands
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _mixed_precision(ds_config: dict) -> str:
     if (ds_config.get("bf16") or {}).get("enabled") is True:
@@ -319,19 +313,6 @@ def gpu_build_env(plan: Plan) -> dict:
     return {"OMP_NUM_THREADS": str(max(1, cores // per_machine)), "TORCH_CUDA_ARCH_LIST": ";".join(caps)}
 
 
-def on_gpu_machine() -> bool:
-    """Whether this machine has an NVIDIA GPU (via NVML; the kernel's process never touches CUDA)."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
-        return False
-
-
 def default_precision() -> str:
     """bf16 on Ampere or newer GPUs (compute capability >= 8.0), fp16 on older GPUs, fp32 on CPU."""
     try:
@@ -488,8 +469,7 @@ def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16
                     plan=None if user_config else plan)
     findings = [f.to_dict() for f in findings]
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
-        from .env import LIBAIO_PACKAGES, _libaio_present
-        if not _libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
+        if not libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
             findings.append({"severity": "error", "path": "zero_optimization.offload_*.device",
                              "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed",
                              "fix": LIBAIO_PACKAGES})

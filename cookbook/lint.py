@@ -38,24 +38,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
 
 MODES = ("deepspeed", "accelerate", "trainer")
 ERROR, WARNING = "error", "warning"
-
-#: CUDA compute capability by GPU name (lower case, matched as a substring, longest name first).
-#: Source: NVIDIA, "CUDA GPUs - Compute Capability", https://developer.nvidia.com/cuda-gpus.
-GPU_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
-    "h200": (9, 0), "h100": (9, 0), "gh200": (9, 0), "b200": (10, 0), "b100": (10, 0),
-    "rtx 5090": (12, 0), "rtx 5080": (12, 0),
-    "rtx 4090": (8, 9), "rtx 4080": (8, 9), "rtx 4070": (8, 9), "rtx 4060": (8, 9), "rtx 6000 ada": (8, 9),
-    "l40s": (8, 9), "l40": (8, 9), "l4": (8, 9),
-    "a100": (8, 0), "a800": (8, 0), "a30": (8, 0),
-    "rtx 3090": (8, 6), "rtx 3080": (8, 6), "rtx 3070": (8, 6), "rtx 3060": (8, 6), "rtx a6000": (8, 6),
-    "a6000": (8, 6), "a40": (8, 6), "a10g": (8, 6), "a10": (8, 6),
-    "rtx 2080": (7, 5), "rtx 2070": (7, 5), "titan rtx": (7, 5), "t4": (7, 5),
-    "v100": (7, 0), "titan v": (7, 0), "p100": (6, 0), "p40": (6, 1), "gtx 1080": (6, 1),
-}
 
 #: fp16 dynamic-loss-scaling keys (``precision_config.DeepSpeedFP16Config``); DeepSpeed's bf16
 #: model forbids them (bf16 has fp32's exponent range and needs no loss scaling).
@@ -485,20 +472,6 @@ def _get(cfg: dict, path: str, default=None):
 
 def _enabled(block) -> bool:
     return isinstance(block, dict) and block.get("enabled") in (True, "true", "auto")
-
-
-def gpu_compute_capability(name: str) -> tuple[int, int] | None:
-    """Compute capability for a GPU name (``"RTX 4090"``, ``"NVIDIA A100-SXM4-80GB"``), or None.
-
-    Source: :data:`GPU_COMPUTE_CAPABILITY` (NVIDIA's CUDA GPUs table).
-    """
-    norm = re.sub(r"[^a-z0-9]+", " ", str(name).lower()).strip()
-    norm_joined = norm.replace(" ", "")
-    for key in sorted(GPU_COMPUTE_CAPABILITY, key=len, reverse=True):
-        k = key.replace(" ", "")
-        if re.search(rf"(^|[^a-z0-9]){re.escape(key)}($|[^a-z0-9])", norm) or (len(k) > 3 and k in norm_joined):
-            return GPU_COMPUTE_CAPABILITY[key]
-    return None
 
 
 def _fmt(v) -> str:

@@ -95,8 +95,8 @@ def test_user_config_decides_the_run_and_is_linted_as_deepspeed_sees_it(tmp_path
 
 
 def test_nvme_without_libaio_refused_before_launch(tmp_path):
-    from cookbook.env import _libaio_present
-    if _libaio_present():
+    from cookbook.hardware import libaio_present
+    if libaio_present():
         pytest.skip("this machine has libaio")
     res = launch(plan(zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path=str(tmp_path / "nv")),
                  tmp_path / "run", progress=False, force=True)

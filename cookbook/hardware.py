@@ -1,0 +1,182 @@
+"""The hardware: what this machine has, what the GPUs the cookbook targets are, and the limits they set.
+
+* this machine — :func:`on_gpu_machine` / :func:`rehearsal` (an NVIDIA GPU, read through NVML, so
+  the caller's process never initialises CUDA), :func:`libaio_present` (what DeepSpeed's NVMe
+  offload compiles against), :func:`free_port` (a TCP port for a rendezvous);
+* GPUs by name — :func:`gpu_compute_capability` (bf16 needs 8.0 or newer), the RTX 4090's bf16 peak
+  and its PCIe 4.0 ×16 link (:data:`RTX4090_BF16_TFLOPS`, :data:`PCIE4_X16_GBPS`);
+* the limits — :func:`throughput_ceiling` (compute and PCIe bounds on samples/s, to test a claim),
+  :func:`scaled_budget_gib` (the CPU rehearsal's per-rank "device" memory, scaled from a real GPU);
+* :func:`hardware_label` — where a run ran, for tables and plot legends.
+
+Every other module asks here; this module imports none of them at import time (``models`` and
+``train`` only inside the functions that need a model's numbers), so it closes no import circle.
+
+Units: GiB = 2**30 bytes, GB = 10**9 bytes (bandwidths, as vendors state them).
+"""
+from __future__ import annotations
+
+import ctypes.util
+import os
+import re
+import socket
+from typing import Mapping
+
+GIB = 2 ** 30
+GB = 10 ** 9
+
+#: CUDA compute capability by GPU name (lower case, matched as a substring, longest name first).
+#: Source: NVIDIA, "CUDA GPUs - Compute Capability", https://developer.nvidia.com/cuda-gpus.
+GPU_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    "h200": (9, 0), "h100": (9, 0), "gh200": (9, 0), "b200": (10, 0), "b100": (10, 0),
+    "rtx 5090": (12, 0), "rtx 5080": (12, 0),
+    "rtx 4090": (8, 9), "rtx 4080": (8, 9), "rtx 4070": (8, 9), "rtx 4060": (8, 9), "rtx 6000 ada": (8, 9),
+    "l40s": (8, 9), "l40": (8, 9), "l4": (8, 9),
+    "a100": (8, 0), "a800": (8, 0), "a30": (8, 0),
+    "rtx 3090": (8, 6), "rtx 3080": (8, 6), "rtx 3070": (8, 6), "rtx 3060": (8, 6), "rtx a6000": (8, 6),
+    "a6000": (8, 6), "a40": (8, 6), "a10g": (8, 6), "a10": (8, 6),
+    "rtx 2080": (7, 5), "rtx 2070": (7, 5), "titan rtx": (7, 5), "t4": (7, 5),
+    "v100": (7, 0), "titan v": (7, 0), "p100": (6, 0), "p40": (6, 1), "gtx 1080": (6, 1),
+}
+
+#: PCIe 4.0 ×16, one direction, GB/s: 16 GT/s × 16 lanes × 128/130 encoding / 8 bits (PCI-SIG, PCI Express
+#: Base Specification 4.0). The RTX 4090 is a PCIe 4.0 ×16 card (NVIDIA RTX 4090 specifications).
+PCIE4_X16_GBPS = 31.5
+
+#: Dense bf16 tensor-core peak of an RTX 4090 with FP32 accumulate, TFLOP/s (NVIDIA Ada Lovelace
+#: architecture whitepaper, Table 2; also :data:`cookbook.train.PEAK_BF16_TFLOPS`).
+RTX4090_BF16_TFLOPS = 165.2
+
+#: How to install libaio, which DeepSpeed's async I/O op (NVMe offload) compiles and links against: the
+#: development package per package manager (``deepspeed/ops/op_builder/async_io.py::AsyncIOBuilder.
+#: check_for_libaio_pkg`` names the same ones).
+LIBAIO_PACKAGES = ("sudo apt-get install libaio-dev  (Debian/Ubuntu) · sudo dnf install libaio-devel  (RHEL/Fedora) · "
+                   "sudo pacman -S libaio  (Arch)")
+
+
+# --------------------------------------------------------------------------------------------
+# this machine
+
+def on_gpu_machine() -> bool:
+    """Whether this machine has an NVIDIA GPU (via NVML; the caller's process never touches CUDA)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        return False
+
+
+def rehearsal() -> bool:
+    """True when this machine has no NVIDIA GPU, so the notebooks run the CPU rehearsal
+    (:func:`on_gpu_machine`, through NVML: a notebook kernel never initialises CUDA)."""
+    return not on_gpu_machine()
+
+
+def libaio_present() -> bool:
+    """libaio headers and shared library both found (what DeepSpeed's ``AsyncIOBuilder`` compiles
+    against); install with :data:`LIBAIO_PACKAGES`."""
+    headers = any(os.path.exists(os.path.join(d, "libaio.h")) for d in ("/usr/include", "/usr/local/include"))
+    return headers and ctypes.util.find_library("aio") is not None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it: bind to port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# GPUs by name
+
+def gpu_compute_capability(name: str) -> tuple[int, int] | None:
+    """Compute capability for a GPU name (``"RTX 4090"``, ``"NVIDIA A100-SXM4-80GB"``), or None.
+
+    Source: :data:`GPU_COMPUTE_CAPABILITY` (NVIDIA's CUDA GPUs table).
+    """
+    norm = re.sub(r"[^a-z0-9]+", " ", str(name).lower()).strip()
+    norm_joined = norm.replace(" ", "")
+    for key in sorted(GPU_COMPUTE_CAPABILITY, key=len, reverse=True):
+        k = key.replace(" ", "")
+        if re.search(rf"(^|[^a-z0-9]){re.escape(key)}($|[^a-z0-9])", norm) or (len(k) > 3 and k in norm_joined):
+            return GPU_COMPUTE_CAPABILITY[key]
+    return None
+
+
+def hardware_label(result_or_summary=None) -> str:
+    """Where a run ran, for labels: ``CPU rehearsal (2 ranks)`` or ``2 × NVIDIA H200``.
+
+    Takes a :class:`~cookbook.launch.RunResult` or its summary dict; a run that left no summary
+    (it failed before the end) is labelled from this machine (:func:`rehearsal`).
+    """
+    s = getattr(result_or_summary, "summary", result_or_summary)
+    if not isinstance(s, Mapping) or not s:
+        return "CPU rehearsal" if rehearsal() else "GPU"
+    device = s.get("device") or "cpu"
+    world = s.get("world_size")
+    if device == "cpu":
+        return f"CPU rehearsal ({world} rank{'s' if world != 1 else ''})" if world else "CPU rehearsal"
+    return f"{world} × {device}" if world else str(device)
+
+
+# --------------------------------------------------------------------------------------------
+# the limits they set
+
+def scaled_budget_gib(gpu_memory_gib: float, model: str, target_model: str) -> float:
+    """The CPU rehearsal's per-rank "device" budget: a real GPU's memory scaled by parameter count.
+
+    ``budget = gpu_memory_gib × N(model) / N(target_model)``: the tiny model gets the same memory per
+    parameter as ``target_model`` has on a ``gpu_memory_gib`` card (24 GiB / 14.17e9 parameters =
+    1.82 bytes per parameter for Qwen-14B on an RTX 4090), so a ZeRO variant that holds more than that
+    per parameter on the device runs out on both.
+
+    Raises:
+        ValueError: ``gpu_memory_gib`` not positive.
+        cookbook.models.ModelNotFoundError: a model cannot be found.
+    """
+    from .models import model_spec
+    if not (isinstance(gpu_memory_gib, (int, float)) and gpu_memory_gib > 0):
+        raise ValueError(f"gpu_memory_gib={gpu_memory_gib!r}: give the real GPU's memory in GiB (24 for an RTX 4090)")
+    return float(gpu_memory_gib) * model_spec(model).num_params / model_spec(target_model).num_params
+
+
+def throughput_ceiling(plan, *, peak_tflops: float = RTX4090_BF16_TFLOPS, pcie_gbps: float = PCIE4_X16_GBPS) -> dict:
+    """Hard upper bounds on training throughput for ``plan`` (samples/s over the world).
+
+    * compute: every GPU at 100 % of ``peak_tflops`` doing the model's FLOPs per token
+      (:func:`cookbook.train.flops_per_token`: 6·N for forward + backward, Kaplan et al. 2020,
+      plus attention; with gradient checkpointing one more forward, 2·N, Chen et al. 2016);
+    * PCIe, with parameter offload (ZeRO-Infinity, Rajbhandari et al. 2021, §5): the 16-bit
+      parameters cross host→GPU at least twice per micro batch (forward, and backward with its
+      recompute), ``2·2·N`` bytes per GPU at ``pcie_gbps`` (theoretical one-direction bandwidth;
+      each GPU has its own link). The optimizer step on the CPU (CPU Adam over all N parameters) is
+      not counted, so the real number is lower still.
+
+    Returns:
+        ``{"compute_samples_per_s", "pcie_samples_per_s" (None without parameter offload),
+        "ceiling_samples_per_s", "flops_per_token", "pcie_bytes_per_micro_batch"}``.
+    """
+    from .models import model_spec
+    from .train import flops_per_token
+    spec = model_spec(plan.model)
+    fpt = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, plan.seq_len)
+    if plan.gradient_checkpointing:
+        fpt *= 4 / 3  # one more forward (2 of the 6 FLOPs per parameter and token)
+    compute = plan.num_gpus * peak_tflops * 1e12 / (fpt * plan.seq_len)
+    pcie = None
+    traffic = None
+    if plan.offload_param != "none":
+        traffic = 2 * 2 * spec.num_params  # bytes host->GPU per micro batch per GPU
+        pcie = plan.num_gpus * plan.micro_batch * pcie_gbps * GB / traffic
+    ceiling = min(x for x in (compute, pcie) if x is not None)
+    return {"compute_samples_per_s": compute, "pcie_samples_per_s": pcie, "ceiling_samples_per_s": ceiling,
+            "flops_per_token": fpt, "pcie_bytes_per_micro_batch": traffic}
+
+
+__all__ = ["GPU_COMPUTE_CAPABILITY", "LIBAIO_PACKAGES", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "free_port",
+           "gpu_compute_capability", "hardware_label", "libaio_present", "on_gpu_machine", "rehearsal",
+           "scaled_budget_gib", "throughput_ceiling"]
