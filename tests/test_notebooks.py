@@ -1,4 +1,5 @@
-"""The notebooks: committed clean (no outputs, one ``parameters`` cell, in step with their generator), and
+"""The notebooks: the ``.ipynb`` files are the source, committed clean (no outputs, fixed metadata — the check
+``python -m cookbook.notebooks`` runs — and one ``parameters`` cell), and
 executed end to end by ``cookbook run-all`` with the CPU-rehearsal defaults — once, for the whole module —
 with assertions on the results each notebook records in ``OUTPUT_DIR/results.json``.
 
@@ -26,7 +27,7 @@ N_TINY_LLAMA = 354_624
 
 
 # ----------------------------------------------------------------------------------------------
-# committed notebooks: clean, one parameters cell, regenerable
+# committed notebooks: the source, clean, one parameters cell
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_committed_notebook_is_clean_with_one_parameters_cell(name):
@@ -52,10 +53,52 @@ def test_committed_notebook_is_clean_with_one_parameters_cell(name):
     assert all(l.split()[1].split(".")[0] in ("json", "pathlib", "cookbook") for l in imports), imports
 
 
-def test_notebooks_are_in_step_with_their_generator():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py"), "--check"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_committed_notebooks_are_clean_source():
+    from cookbook import notebooks
+    paths = [ROOT / "notebooks" / f"{name}.ipynb" for name in NOTEBOOKS]
+    assert sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) == [p.name for p in paths]
+    found = [msg for p in paths for msg in notebooks.problems(p)]
+    assert not found, "\n".join(found) + "\nfix: python -m cookbook.notebooks --clean"
+
+
+def _as_saved_by_jupyterlab(nb):
+    """What running a notebook in JupyterLab and saving it adds (JupyterLab 4, ipykernel, ipywidgets)."""
+    nb.metadata["language_info"] = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                                    "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                                    "pygments_lexer": "ipython3", "version": "3.11.2"}
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
+                                                                            "version_minor": 0}}
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.execution_count = n + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="out\n"),
+                        nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]
+        cell.metadata["execution"] = {"iopub.execute_input": "2025-01-01T00:00:00.000Z"}
+        cell.metadata["scrolled"] = True
+    nb.cells[0].metadata["jp-MarkdownHeadingCollapsed"] = True
+    return nb
+
+
+def test_a_notebook_edited_and_saved_in_jupyterlab_is_cleaned_back_to_source(tmp_path):
+    source = ROOT / "notebooks" / "03_zero3.ipynb"
+    original = source.read_text()
+    nb = nbformat.reads(original, as_version=4)
+    edited = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and i > 0)
+    nb.cells[edited].source += "\n\nA contributor's new sentence."
+    saved = tmp_path / source.name
+    nbformat.write(_as_saved_by_jupyterlab(nb), str(saved))
+    run = [sys.executable, "-m", "cookbook.notebooks"]
+    check = subprocess.run(run + [str(saved)], capture_output=True, text=True)
+    assert check.returncode == 1
+    assert "outputs in cells" in check.stderr and "execution counts" in check.stderr
+    assert "notebook metadata" in check.stderr and "jp-MarkdownHeadingCollapsed" in check.stderr
+    assert "python -m cookbook.notebooks --clean" in check.stderr
+    assert subprocess.run(run + ["--clean", str(saved)], capture_output=True, text=True).returncode == 0
+    assert subprocess.run(run + [str(saved)], capture_output=True, text=True).returncode == 0
+    # the edit is kept, everything JupyterLab added is gone: the file is the source plus the edit
+    expected = nbformat.reads(original, as_version=4)
+    expected.cells[edited].source += "\n\nA contributor's new sentence."
+    assert saved.read_text() == nbformat.writes(expected) + "\n"
+    assert saved.read_text() != original
 
 
 # ----------------------------------------------------------------------------------------------
