@@ -18,6 +18,7 @@ state or the new one; ``COMPLETE`` also guards against a folder that was copied 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -165,6 +166,63 @@ def to_fp32(checkpoint: str | os.PathLike, output_dir: str | os.PathLike) -> Pat
     cfg = json.loads((out / "config.json").read_text())
     cfg["torch_dtype"] = cfg["dtype"] = "float32"
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the saved 16-bit model, read back
+
+def inspect_saved_model(folder: str | os.PathLike, *, full_load_max_params: float = 2e9,
+                        eval_examples: int = 8, seq_len: int = 128) -> dict:
+    """What a saved 16-bit model folder holds, read back from disk, and (when small) a real reload.
+
+    Reads the safetensors headers (names, shapes, dtypes; no tensor data), so it is cheap for any
+    size. When the model has at most ``full_load_max_params`` parameters it is also loaded with
+    ``transformers.AutoModelForCausalLM.from_pretrained`` and its loss computed on the first
+    ``eval_examples`` shipped examples (truncated to ``seq_len`` tokens) with the saved tokenizer.
+
+    Returns:
+        ``{"folder", "files", "tensors", "params", "bytes", "dtypes", "empty_tensors", "reloaded",
+        "reload_loss", "reload_params"}`` (reload fields None when not loaded).
+
+    Raises:
+        FileNotFoundError: the folder has no safetensors weights.
+    """
+    from safetensors import safe_open
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors files; was the run saved (final_save=True) and did it finish?")
+    tensors, params, dtypes, empty = 0, 0, set(), []
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():
+                sl = st.get_slice(name)
+                shape = sl.get_shape()
+                numel = math.prod(shape)
+                tensors += 1
+                params += numel
+                dtypes.add(str(sl.get_dtype()))
+                if numel == 0:
+                    empty.append(name)
+    out = {"folder": str(folder), "files": [f.name for f in files], "tensors": tensors, "params": params,
+           "bytes": sum(f.stat().st_size for f in files), "dtypes": sorted(dtypes), "empty_tensors": empty,
+           "reloaded": False, "reload_loss": None, "reload_params": None}
+    if params <= full_load_max_params:
+        import torch
+        from transformers import AutoModelForCausalLM
+        from .data import collate, load_records, load_tokenizer, tokenize
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        model.eval()
+        tok = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else None)
+        records = load_records(None).select(range(eval_examples))
+        data = tokenize(records, tok, seq_len)
+        batch = collate(data.input_ids, data.labels, tok.pad_token_id)
+        with torch.no_grad():
+            loss = float(model(**batch).loss)
+        out.update(reloaded=True, reload_loss=loss,
+                   reload_params=sum(p.numel() for p in model.parameters()),
+                   reload_dtype=str(next(model.parameters()).dtype))
     return out
 
 

@@ -914,7 +914,7 @@ def plot_breakdown(estimates, ax=None, *, where: str = "gpu"):
         where: ``"gpu"`` (per-GPU components, line at ``plan.gpu_memory_gib``) or ``"host"``.
 
     Returns:
-        the matplotlib Figure.
+        the matplotlib Figure (closed in pyplot when made here, so a notebook shows it once).
     """
     import matplotlib.pyplot as plt
     ests = list(estimates)
@@ -923,7 +923,8 @@ def plot_breakdown(estimates, ax=None, *, where: str = "gpu"):
     if where not in ("gpu", "host"):
         raise EstimateError(f"where={where!r}: use 'gpu' or 'host'")
     names = _labels(GPU_COMPONENTS if where == "gpu" else HOST_COMPONENTS, ests[0].bf16_states)
-    if ax is None:
+    made_here = ax is None
+    if made_here:
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ests)), 4.5))
     else:
         fig = ax.figure
@@ -953,6 +954,8 @@ def plot_breakdown(estimates, ax=None, *, where: str = "gpu"):
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_ylim(0, max(max(bottom), limit or 0) * 1.18)
     fig.tight_layout()
+    if made_here:  # closed in pyplot: a notebook cell ending with it shows it once; savefig still works
+        plt.close(fig)
     return fig
 
 
@@ -1024,6 +1027,57 @@ def calculator(model: str = "qwen-14b", **plan_fields):
 
 
 # --------------------------------------------------------------------------------------------
+# more than one plan: batch shapes, the first variant that fits; the CPU rehearsal's memory
+
+def batch_sweep(plan, micro_batches: Iterable[int] = (1, 2, 4, 8), seq_lens: Iterable[int] = (256, 512, 1024),
+                **estimate_kwargs) -> list:
+    """Estimate ``plan`` at every micro batch × sequence length (the articles' "we lowered the batch
+    size from 8 to 1 and the sequence length from 1024 to 256").
+
+    Returns:
+        a list of :class:`cookbook.memory.MemoryEstimate`, micro batch outer, sequence length inner.
+    """
+    return [estimate(plan.replace(micro_batch=b, seq_len=s), **estimate_kwargs)
+            for b in micro_batches for s in seq_lens]
+
+
+def choose_variant(plan, *, bf16_states: bool = False, variants=None):
+    """The first ZeRO variant, in the cookbook's ladder order (:data:`cookbook.plan.VARIANTS`: ZeRO-2,
+    ZeRO-2 + optimizer offload, ZeRO-3, ZeRO-3 + optimizer offload, + parameter offload, NVMe; each
+    slower than the one before), that fits both the GPU and the host RAM of ``plan``.
+
+    Returns:
+        ``(chosen, sweep)``: the chosen :class:`cookbook.memory.MemoryEstimate` (None when nothing
+        fits) and the :class:`cookbook.memory.SweepResult` over all variants. An unknown host RAM
+        (``plan.host_memory_gib`` None) counts as fitting.
+    """
+    result = sweep(plan, variants or VARIANTS, bf16_states=bf16_states)
+    chosen = next((e for e in result if e.fits), None)
+    return chosen, result
+
+
+def rehearsal_memory_note(num_params: int | None = None) -> str:
+    """One sentence saying why the CPU rehearsal's measured memory is nearly the same for every ZeRO variant.
+
+    In the rehearsal the measured peak is the host RSS of all ranks, dominated by the Python/torch/DeepSpeed
+    runtime (:data:`cookbook.memory.RUNTIME_BASELINE_GIB` per rank, measured on the rehearsal), while the
+    model states of the tiny model are megabytes: 16 bytes per parameter with mixed-precision Adam (2 + 2
+    for 16-bit parameters and gradients, 4 + 4 + 4 for fp32 master weights and Adam m, v; ZeRO paper,
+    Rajbhandari et al. 2020, §3.1).
+
+    Args:
+        num_params: the rehearsal model's parameter count, to state its model states in MiB; None omits it.
+    """
+    states = (f" (16 B/param × {int(num_params):,} parameters = {16 * int(num_params) / 2**20:.1f} MiB)"
+              if isinstance(num_params, (int, float)) and num_params > 0 else "")
+    return (f"Why the CPU rehearsal's measured memory hardly differs between ZeRO variants: it is the host RSS of "
+            f"all ranks, and the Python/torch/DeepSpeed runtime (~{RUNTIME_BASELINE_GIB:g} GiB per rank, measured) "
+            f"dominates it, while the tiny model's states are megabytes{states}; the variants differ only at real "
+            f"model sizes — see the estimates, and the GPU measurements in data/reference/ (each labelled with its "
+            f"hardware) where they exist.")
+
+
+# --------------------------------------------------------------------------------------------
 # CLI
 
 def _run_cli(args) -> int:
@@ -1065,6 +1119,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["ADDITIONAL_BUFFER_FACTOR", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -169,10 +169,10 @@ def test_01_zero2_cannot_fit_and_the_rehearsal_hits_oom(run_all):
     arithmetic = {row["component"]: row for row in r["tables"]["the articles' memory arithmetic beside the correct numbers"]}
     assert arithmetic["fp32 master weights"]["article GB"] == "omitted"
     # GPU measurements, when the repository has them, sit beside the rehearsal's runs, labelled
-    from cookbook import report
+    from cookbook import reference
     sources = [row["source"] for row in r["tables"]["this run beside the GPU measurements"]]
     assert sources.count("this run") == 2
-    assert any(s.startswith("data/reference/") for s in sources) == bool(report.reference_results("01"))
+    assert any(s.startswith("data/reference/") for s in sources) == bool(reference.reference_results("01"))
 
 
 def _step(r, label, world=2):

@@ -1,5 +1,7 @@
-"""cookbook run-all and cookbook.report: argument handling, failure reporting, the HTML report, and the
-report helpers' numbers (computed here by hand from the parameter counts)."""
+"""cookbook run-all and what it reads and writes: argument handling, failure reporting, the HTML report
+(cookbook.report), the results notebooks record (cookbook.results), and the numbers of the helpers the
+notebooks show — tables, figures, the articles' arithmetic, the hardware ceilings, the GPU references —
+computed here by hand from the parameter counts."""
 from __future__ import annotations
 
 import json
@@ -11,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cookbook import report, runall
+from cookbook import articles, checkpoint, figures, hardware, memory, reference, report, results, runall, tables
 from cookbook.models import model_spec
 from cookbook.plan import Plan
 
@@ -84,9 +86,9 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
     nbdir.mkdir()
     _notebook(nbdir / "00_good.ipynb", [
         ("md", "# 00 · good"),
-        ("code", "from cookbook import report"),
+        ("code", "from cookbook import results"),
         ("params", 'OUTPUT_DIR: str = "runs/00_good"  # output\nSTEPS: int = 2  # steps'),
-        ("code", 'rec = report.Recorder(OUTPUT_DIR, "00_good", title="00 · good", target="none")\n'
+        ("code", 'rec = results.Recorder(OUTPUT_DIR, "00_good", title="00 · good", target="none")\n'
                  'rec.add(steps=STEPS)\nrec.headline(f"ran {STEPS} steps")'),
     ])
     _notebook(nbdir / "01_bad.ipynb", [
@@ -119,22 +121,22 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# report helpers
+# the helpers the notebooks show, and the recorder
 
 def test_scaled_budget_is_the_same_bytes_per_parameter():
     n_tiny, n_qwen = model_spec("tiny-qwen2").num_params, model_spec("qwen-14b").num_params
     assert (n_tiny, n_qwen) == (354_880, 14_167_290_880)
-    budget = report.scaled_budget_gib(24.0, "tiny-qwen2", "qwen-14b")
+    budget = hardware.scaled_budget_gib(24.0, "tiny-qwen2", "qwen-14b")
     assert budget == pytest.approx(24.0 * 354_880 / 14_167_290_880)
     # 1.82 bytes per parameter: less than the 2 bytes of a replicated 16-bit copy (so ZeRO-2 cannot fit)
     assert budget * GIB / n_tiny == pytest.approx(24 * GIB / n_qwen) == pytest.approx(1.819, abs=1e-3)
-    with pytest.raises(report.ReportError, match="gpu_memory_gib=0"):
-        report.scaled_budget_gib(0, "tiny-qwen2", "qwen-14b")
+    with pytest.raises(ValueError, match="gpu_memory_gib=0"):
+        hardware.scaled_budget_gib(0, "tiny-qwen2", "qwen-14b")
 
 
 def test_article_memory_table_numbers():
     plan = Plan(model="qwen-14b", num_gpus=8, seq_len=512, micro_batch=1, grad_accum=16, zero_stage=2)
-    t = report.article_memory_table(plan).set_index("component")
+    t = articles.article_memory_table(plan).set_index("component")
     n = 14_167_290_880
     assert t.loc["16-bit parameters", "correct GiB"] == round(2 * n / GIB, 1) == 26.4
     assert t.loc["fp32 master weights", "article GB"] == "omitted"          # article 002 leaves it out
@@ -145,10 +147,10 @@ def test_article_memory_table_numbers():
     assert "218 stated" in total["article GB"]
     # per GPU under ZeRO-2 on 8 GPUs: 2N + 18N/8 (DeepSpeed's estimate_zero2_model_states_mem_needs)
     assert t.loc["per GPU under ZeRO-2 on 8 GPU(s) (model states)", "correct GiB"] == round((2 * n + 18 * n / 8) / GIB, 1)
-    llama = report.article_memory_table(Plan(model="llama-7b", num_gpus=1, zero_stage=3)).set_index("component")
+    llama = articles.article_memory_table(Plan(model="llama-7b", num_gpus=1, zero_stage=3)).set_index("component")
     assert "86 stated (114 from its items)" in llama.loc["TOTAL model states (all GPUs together)", "article GB"]
-    with pytest.raises(report.ReportError, match="qwen-14b, llama-7b"):
-        report.article_memory_table(Plan(model="tiny-qwen2"))
+    with pytest.raises(ValueError, match="qwen-14b, llama-7b"):
+        articles.article_memory_table(Plan(model="tiny-qwen2"))
 
 
 def test_throughput_ceiling_by_hand():
@@ -156,41 +158,41 @@ def test_throughput_ceiling_by_hand():
                 offload_optimizer="cpu", offload_param="cpu", gradient_checkpointing=True)
     n, layers, h = 6_738_415_616, 32, 4096
     fpt = (6 * n + 12 * layers * h * 1024) * 4 / 3
-    c = report.throughput_ceiling(plan)
+    c = hardware.throughput_ceiling(plan)
     assert c["compute_samples_per_s"] == pytest.approx(165.2e12 / (fpt * 1024))
     assert c["pcie_samples_per_s"] == pytest.approx(2 * 31.5e9 / (4 * n))
     assert c["ceiling_samples_per_s"] == pytest.approx(2.337, abs=1e-3)
     assert c["ceiling_samples_per_s"] < 2.4  # article 001's claim is above it
-    assert report.throughput_ceiling(plan.replace(offload_param="none"))["pcie_samples_per_s"] is None
+    assert hardware.throughput_ceiling(plan.replace(offload_param="none"))["pcie_samples_per_s"] is None
 
 
 def test_batch_sweep_zero2_never_fits_qwen14b_on_24gib():
     plan = Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24, zero_stage=2)
-    ests = report.batch_sweep(plan, micro_batches=(1, 8), seq_lens=(256, 1024))
-    frame = report.batch_sweep_frame(ests)
+    ests = memory.batch_sweep(plan, micro_batches=(1, 8), seq_lens=(256, 1024))
+    frame = tables.batch_sweep_frame(ests)
     assert list(zip(frame["micro batch"], frame["seq len"])) == [(1, 256), (1, 1024), (8, 256), (8, 1024)]
     assert not frame["fits"].any()
     assert (frame["model states GiB"] == round((2 * 14_167_290_880 + 18 * 14_167_290_880 / 8) / GIB, 2)).all()
-    fig = report.plot_batch_sweep(ests)
+    fig = figures.plot_batch_sweep(ests)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1×256", "1×1024", "8×256", "8×1024"]
 
 
 def test_choose_variant_takes_the_first_that_fits():
     machine = Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24, host_memory_gib=512, seq_len=512,
                    micro_batch=1, grad_accum=16)
-    chosen, ladder = report.choose_variant(machine)
+    chosen, ladder = memory.choose_variant(machine)
     assert chosen.plan.label == "ZeRO-3 + opt→cpu"
     assert [e.fits for e in ladder][:3] == [False, False, False]
-    small = report.choose_variant(machine.replace(host_memory_gib=256))[0]
+    small = memory.choose_variant(machine.replace(host_memory_gib=256))[0]
     assert small.plan.label == "ZeRO-3 + opt→nvme + param→nvme"   # 136 GiB of host RAM; CPU offload needs 326+
-    assert report.choose_variant(machine.replace(host_memory_gib=64))[0] is None
+    assert memory.choose_variant(machine.replace(host_memory_gib=64))[0] is None
 
 
 def test_recorder_writes_results_and_figures(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
-    rec = report.Recorder(tmp_path / "nb", "02_zero2", title="t", target="8 × RTX 4090", rehearsal=True, a=1)
-    rec.add(frame=report.batch_sweep_frame(report.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,))))
+    rec = results.Recorder(tmp_path / "nb", "02_zero2", title="t", target="8 × RTX 4090", rehearsal=True, a=1)
+    rec.add(frame=tables.batch_sweep_frame(memory.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,))))
     rec.headline("h1")
     run = {"status": "ok", "message": "m", "run_dir": "r", "command": "c", "duration_s": 3.0,
            "summary": {"world_size": 2, "device": "cpu", "first5_mean_loss": 7.5, "last5_mean_loss": 5.5,
@@ -201,12 +203,12 @@ def test_recorder_writes_results_and_figures(tmp_path):
     r = rec.run("ZeRO-2", run)
     assert r["loss_fell"] and r["losses"] == [7.6, 5.4] and r["hardware"] == "CPU rehearsal (2 ranks)"
     assert r["details"]["traceback_tail"] == "a\nb\nc" and "traceback" not in r["details"]
-    rec.figure(report.plot_loss({"ZeRO-2": run}), "loss")
+    rec.figure(figures.plot_loss({"ZeRO-2": run}), "loss")
     data = json.loads((tmp_path / "nb" / "results.json").read_text())
     assert data["a"] == 1 and data["headline"] == ["h1"] and data["figures"] == ["figures/loss.png"]
     assert data["frame"][0]["micro batch"] == 1 and data["runs"]["ZeRO-2"]["estimate_host_gib"] == 1.1
     assert (tmp_path / "nb" / "figures" / "loss.png").stat().st_size > 1000
-    frame = report.runs_frame({"ZeRO-2": r})
+    frame = tables.runs_frame({"ZeRO-2": r})
     assert frame.loc["ZeRO-2", "loss last 5"] == 5.5 and frame.loc["ZeRO-2", "estimate host GiB"] == 1.1
     rec.table("the run", frame)
     page = report.write_html_report(tmp_path, [{"name": "02_zero2", "status": "ok", "duration_s": 1.0,
@@ -227,28 +229,28 @@ def test_tidy_frame_counts_blanks_and_gpu_columns():
                          "tflops": float("nan"), "loss": 7.25, "note": None},
                         {"hardware": "CPU rehearsal (2 ranks)", "world size": 2.0, "steps": 10.0, "peak GPU GiB": None,
                          "tflops": None, "loss": None, "note": "x"}])
-    t = report.tidy_frame(raw)
+    t = tables.tidy_frame(raw)
     assert list(t["world size"]) == [1, 2] and all(type(v) is int for v in t["world size"])
     assert list(t["steps"]) == ["—", 10] and list(t["loss"]) == [7.25, "—"] and list(t["note"]) == ["—", "x"]
     assert list(t["peak GPU GiB — n/a (CPU)"]) == ["", ""] and list(t["tflops — n/a (CPU)"]) == ["", ""]
     assert raw["world size"].tolist() == [1.0, 2.0]            # the input is not modified
-    gpu = report.tidy_frame(raw.assign(hardware="2 × NVIDIA H200"))  # on GPUs an empty GPU column is just missing
+    gpu = tables.tidy_frame(raw.assign(hardware="2 × NVIDIA H200"))  # on GPUs an empty GPU column is just missing
     assert list(gpu["peak GPU GiB"]) == ["—", "—"]
-    half = report.tidy_frame(pd.DataFrame({"world size": [2.5]}))     # not whole: left as it is
+    half = tables.tidy_frame(pd.DataFrame({"world size": [2.5]}))     # not whole: left as it is
     assert half["world size"].tolist() == [2.5]
-    with pytest.raises(report.ReportError, match="DataFrame"):
-        report.tidy_frame([{"a": 1}])
+    with pytest.raises(TypeError, match="DataFrame"):
+        tables.tidy_frame([{"a": 1}])
 
 
 def test_rehearsal_memory_note_states_size():
-    note = report.rehearsal_memory_note(354_880)
+    note = memory.rehearsal_memory_note(354_880)
     assert "0.55 GiB per rank" in note and "5.4 MiB" in note and "data/reference/" in note  # 16 × 354880 / 2**20 = 5.42
-    assert "MiB)" not in report.rehearsal_memory_note()
+    assert "MiB)" not in memory.rehearsal_memory_note()
 
 
 def test_reference_results_tolerate_absence_and_formats(tmp_path):
-    assert report.reference_results(directory=tmp_path / "missing") == []
-    assert report.reference_frame(directory=tmp_path / "missing").empty
+    assert reference.reference_results(directory=tmp_path / "missing") == []
+    assert reference.reference_frame(directory=tmp_path / "missing").empty
     # records that name their notebook
     (tmp_path / "h200_named.json").write_text(json.dumps(
         {"hardware": "NVIDIA H200", "emulate_gpu_memory_gib": 24, "runs": [
@@ -265,7 +267,7 @@ def test_reference_results_tolerate_absence_and_formats(tmp_path):
              "plan": {"model": "llama-3b", "num_gpus": 1, "gpu_memory_gib": 24.0}}]}))
     (tmp_path / "curves.json").write_text(json.dumps({"what": "loss curves", "curves": {"a": [1, 2]}}))  # no runs
     (tmp_path / "broken.json").write_text("{not json")
-    frame = report.reference_frame("04", directory=tmp_path).set_index("file")
+    frame = reference.reference_frame("04", directory=tmp_path).set_index("file")
     assert list(frame.index) == ["bench.json", "h200_named.json"]
     named, bench = frame.loc["h200_named.json"], frame.loc["bench.json"]
     assert named["hardware"] == "8 × NVIDIA H200 capped at 24 GiB" and named["tokens/s"] == 900.0
@@ -274,16 +276,16 @@ def test_reference_results_tolerate_absence_and_formats(tmp_path):
     # a run of under 10 steps: its first and last losses (means of 5 would overlap and hide the change)
     assert bench["loss first"] == 11.0 and bench["loss last"] == 6.0
     assert bench["RTX 4090 projection tokens/s"] == 682.8
-    assert report.reference_frame("03", directory=tmp_path).empty       # "stock" is not a notebook-03 group
-    everything = report.reference_results(directory=tmp_path)
+    assert reference.reference_frame("03", directory=tmp_path).empty       # "stock" is not a notebook-03 group
+    everything = reference.reference_results(directory=tmp_path)
     assert len([r for r in everything if "_error" not in r]) == 4 and any("_error" in r for r in everything)
-    both = report.beside_reference({"ZeRO-3": {"status": "ok", "losses": [], "summary": None}}, "01", tmp_path)
+    both = reference.beside_reference({"ZeRO-3": {"status": "ok", "losses": [], "summary": None}}, "01", tmp_path)
     assert list(both["source"]) == ["this run", "data/reference/bench.json"]
 
 
 def test_inspect_saved_model_needs_weights(tmp_path):
-    with pytest.raises(report.ReportError, match="no \\*.safetensors files"):
-        report.inspect_saved_model(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors files"):
+        checkpoint.inspect_saved_model(tmp_path)
 
 
 def test_same_math_compares_runs_that_differ_only_in_zero_variant():
