@@ -159,7 +159,8 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             parts.append(f"<pre class='fail'>failed in cell {err.get('cell')} (In [{err.get('exec_count')}]): "
                          f"{html.escape(str(err.get('ename')))}: {html.escape(str(err.get('evalue')))}</pre>")
         if not res:
-            parts.append("<p>No results recorded.</p></section>")
+            parts.append("<p>No results recorded: the notebook stopped before its last cell (<code>results.record</code>); "
+                         "the executed notebook holds the traceback.</p></section>")
             continue
         if res.get("title"):
             parts.append(f"<p><b>{html.escape(res['title'])}</b><br>Targets: {html.escape(res.get('target', ''))}; "

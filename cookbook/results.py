@@ -1,14 +1,14 @@
 """What a notebook records for the tests and the ``cookbook run-all`` report: ``OUTPUT_DIR/results.json``.
 
-* :class:`Recorder` — writes a notebook's results into ``OUTPUT_DIR/results.json`` (rewritten after
-  every call, so a failed cell leaves what came before) and its figures as PNG under ``OUTPUT_DIR/figures/``.
+* :func:`record` — one call in a notebook's last cell writes everything: the cells above stay plain
+  library calls a reader can copy into their own project, with no bookkeeping to delete.
 * :func:`run_record` — a launched run (:class:`cookbook.launch.RunResult`) as the compact JSON-ready
   dict that ``results.json`` keeps of it.
 * :func:`load_results` — read ``results.json`` back.
 
-The file holds ``notebook``, ``title``, ``target``, ``rehearsal``, ``started``, ``headline`` (sentences
-with the numbers that matter), ``figures`` (paths relative to the output folder), ``tables`` (name ->
-list of records), ``runs`` (label -> :func:`run_record`) and the notebook's own fields.
+The file holds ``notebook``, ``title``, ``target``, ``rehearsal``, ``recorded`` (when), ``headline``
+(sentences with the numbers that matter), ``figures`` (paths relative to the output folder), ``tables``
+(name -> list of records), ``runs`` (label -> :func:`run_record`) and the notebook's own fields.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .hardware import hardware_label
 
@@ -50,86 +50,60 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class Recorder:
-    """Collects one notebook's results into ``OUTPUT_DIR/results.json`` for the tests and the report.
+def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", target: str = "",
+           rehearsal: bool | None = None, headline: Iterable[str] = (), runs: Mapping[str, Any] | None = None,
+           tables: Mapping[str, Any] | None = None, figures: Mapping[str, Any] | None = None, **fields) -> Path:
+    """Write one notebook's results, in one call from its last cell: ``OUTPUT_DIR/results.json`` for the
+    tests and the ``cookbook run-all`` report, and its figures as ``OUTPUT_DIR/figures/NAME.png``.
 
-    Every call rewrites the file (atomically), so when a later cell fails, what the earlier ones
-    recorded is still there. Figures go to ``OUTPUT_DIR/figures/NAME.png``.
+    The cells above it stay plain calls into the library that a reader can copy; this call gathers what
+    they computed. A notebook that stops before it records nothing new (the executed notebook keeps the
+    traceback, and the report says the notebook failed).
 
     Args:
         output_dir: the notebook's output folder (created).
         notebook: the notebook's name without ``.ipynb`` (``02_zero2``).
         title: the notebook's title line.
         target: the hardware the notebook targets (``8 × RTX 4090 (24 GiB)``).
-        rehearsal: True when this run is the CPU rehearsal (no GPU).
-        **fields: more top-level fields to record now.
+        rehearsal: True for the CPU rehearsal; None asks this machine (:func:`cookbook.hardware.rehearsal`).
+        headline: sentences with the numbers that matter, for the report's summary (empty ones skipped).
+        runs: label -> :class:`~cookbook.launch.RunResult` (kept as :func:`run_record`).
+        tables: name -> pandas DataFrame, or anything with ``to_frame()`` (a lint report, a config diff,
+            a sweep), kept as a list of records.
+        figures: name -> matplotlib Figure (None skipped), saved as ``figures/NAME.png`` (110 dpi).
+        **fields: the notebook's own values, made JSON-ready (DataFrames become records, objects with
+            ``to_dict()`` dicts, NaN null).
 
-    The file holds ``notebook``, ``title``, ``target``, ``rehearsal``, ``started``, ``headline``
-    (sentences with the numbers that matter), ``figures`` (paths relative to ``output_dir``),
-    ``tables`` (name -> list of records), ``runs`` (label -> :func:`run_record`) and whatever the
-    notebook adds with :meth:`add`.
+    Returns:
+        the path of ``results.json`` (written atomically: a reader never sees half a file).
     """
-
-    def __init__(self, output_dir: str | os.PathLike, notebook: str, *, title: str = "", target: str = "",
-                 rehearsal: bool = True, **fields):
-        self.output_dir = Path(output_dir).resolve()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.output_dir / "results.json"
-        self.data: dict[str, Any] = {
-            "notebook": notebook, "title": title, "target": target, "rehearsal": bool(rehearsal),
-            "started": _dt.datetime.now().isoformat(timespec="seconds"),
-            "headline": [], "figures": [], "tables": {}, "runs": {},
-        }
-        self.add(**fields)
-
-    def add(self, **fields) -> dict:
-        """Record top-level fields (values made JSON-ready); returns the whole record."""
-        for key, value in fields.items():
-            self.data[key] = _jsonable(value)
-        self.save()
-        return self.data
-
-    def headline(self, sentence: str) -> str:
-        """Record one sentence for the report's summary of this notebook; returns it (to print)."""
-        self.data["headline"].append(str(sentence))
-        self.save()
-        return sentence
-
-    def table(self, name: str, frame):
-        """Record a pandas DataFrame under ``tables[name]``; returns the frame (to display)."""
-        self.data["tables"][name] = _jsonable(frame)
-        self.save()
-        return frame
-
-    def run(self, label: str, result) -> dict:
-        """Record a launched run (:class:`~cookbook.launch.RunResult`) under ``runs[label]``; returns the record."""
-        rec = run_record(result)
-        self.data["runs"][label] = rec
-        self.save()
-        return rec
-
-    def figure(self, fig, name: str):
-        """Save a matplotlib Figure as ``figures/NAME.png``, record it, close it in pyplot; returns the
-        figure (display it as the cell's last expression: it shows once)."""
-        folder = self.output_dir / "figures"
+    from .hardware import rehearsal as on_rehearsal
+    out = Path(output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {
+        "notebook": notebook, "title": title, "target": target,
+        "rehearsal": bool(on_rehearsal() if rehearsal is None else rehearsal),
+        "recorded": _dt.datetime.now().isoformat(timespec="seconds"),
+        "headline": [str(s) for s in headline if s], "figures": [], "tables": {}, "runs": {},
+    }
+    for label, result in (runs or {}).items():
+        data["runs"][str(label)] = run_record(result)
+    for name, frame in (tables or {}).items():
+        if frame is not None:
+            data["tables"][str(name)] = _jsonable(frame.to_frame() if hasattr(frame, "to_frame") else frame)
+    if figures:
+        folder = out / "figures"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        rel = str(path.relative_to(self.output_dir))
-        if rel not in self.data["figures"]:
-            self.data["figures"].append(rel)
-        self.save()
-        try:
-            import matplotlib.pyplot as plt
-            plt.close(fig)
-        except Exception:  # noqa: BLE001 - closing is a display nicety
-            pass
-        return fig
-
-    def save(self) -> Path:
-        self.data["updated"] = _dt.datetime.now().isoformat(timespec="seconds")
-        _atomic_write(self.path, json.dumps(self.data, indent=1, default=str))
-        return self.path
+        for name, fig in figures.items():
+            if fig is None:
+                continue
+            fig.savefig(folder / f"{name}.png", dpi=110, bbox_inches="tight")
+            data["figures"].append(f"figures/{name}.png")
+    for key, value in fields.items():
+        data[key] = _jsonable(value)
+    path = out / "results.json"
+    _atomic_write(path, json.dumps(data, indent=1, default=str))
+    return path
 
 
 def load_results(output_dir: str | os.PathLike) -> dict | None:
@@ -195,4 +169,4 @@ def as_record(run) -> dict:
     return run_record(run)
 
 
-__all__ = ["Recorder", "load_results", "run_record"]
+__all__ = ["as_record", "load_results", "record", "run_record"]

@@ -5,7 +5,6 @@ computed here by hand from the parameter counts."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -88,8 +87,8 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
         ("md", "# 00 · good"),
         ("code", "from cookbook import results"),
         ("params", 'OUTPUT_DIR: str = "runs/00_good"  # output\nSTEPS: int = 2  # steps'),
-        ("code", 'rec = results.Recorder(OUTPUT_DIR, "00_good", title="00 · good", target="none")\n'
-                 'rec.add(steps=STEPS)\nrec.headline(f"ran {STEPS} steps")'),
+        ("code", 'results.record(OUTPUT_DIR, "00_good", title="00 · good", target="none", steps=STEPS,\n'
+                 '               headline=[f"ran {STEPS} steps"])'),
     ])
     _notebook(nbdir / "01_bad.ipynb", [
         ("md", "# 01 · bad"),
@@ -188,29 +187,36 @@ def test_choose_variant_takes_the_first_that_fits():
     assert memory.choose_variant(machine.replace(host_memory_gib=64))[0] is None
 
 
-def test_recorder_writes_results_and_figures(tmp_path):
+def test_record_writes_results_and_figures(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
-    rec = results.Recorder(tmp_path / "nb", "02_zero2", title="t", target="8 × RTX 4090", rehearsal=True, a=1)
-    rec.add(frame=tables.batch_sweep_frame(memory.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,))))
-    rec.headline("h1")
     run = {"status": "ok", "message": "m", "run_dir": "r", "command": "c", "duration_s": 3.0,
            "summary": {"world_size": 2, "device": "cpu", "first5_mean_loss": 7.5, "last5_mean_loss": 5.5,
                        "tokens_per_s": 100.0, "host_peak_gib": 1.2},
            "metrics": [{"loss": 7.6}, {"loss": 5.4}], "estimate": {"gpu_gib": {"total": 0.0},
                                                                    "host_gib": {"total": 1.1}, "device": "cpu"},
            "details": {"traceback": "a\nb\nc"}}
-    r = rec.run("ZeRO-2", run)
+    r = results.run_record(run)
     assert r["loss_fell"] and r["losses"] == [7.6, 5.4] and r["hardware"] == "CPU rehearsal (2 ranks)"
     assert r["details"]["traceback_tail"] == "a\nb\nc" and "traceback" not in r["details"]
-    rec.figure(figures.plot_loss({"ZeRO-2": run}), "loss")
-    data = json.loads((tmp_path / "nb" / "results.json").read_text())
-    assert data["a"] == 1 and data["headline"] == ["h1"] and data["figures"] == ["figures/loss.png"]
-    assert data["frame"][0]["micro batch"] == 1 and data["runs"]["ZeRO-2"]["estimate_host_gib"] == 1.1
-    assert (tmp_path / "nb" / "figures" / "loss.png").stat().st_size > 1000
     frame = tables.runs_frame({"ZeRO-2": r})
     assert frame.loc["ZeRO-2", "loss last 5"] == 5.5 and frame.loc["ZeRO-2", "estimate host GiB"] == 1.1
-    rec.table("the run", frame)
+    sweep = tables.batch_sweep_frame(memory.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,)))
+    from cookbook import dsconfig
+    change = dsconfig.diff({"a": 1}, {"a": 2})  # anything with to_frame() is kept as its frame's records
+    path = results.record(tmp_path / "nb", "02_zero2", title="t", target="8 × RTX 4090", rehearsal=True,
+                          headline=["h1", None], runs={"ZeRO-2": run}, tables={"the run": frame, "change": change},
+                          figures={"loss": figures.plot_loss({"ZeRO-2": run}), "none": None}, a=1, frame=sweep,
+                          nan=float("nan"))
+    data = json.loads(path.read_text())
+    assert path == (tmp_path / "nb" / "results.json").resolve()
+    assert data["notebook"] == "02_zero2" and data["rehearsal"] is True and data["target"] == "8 × RTX 4090"
+    assert data["a"] == 1 and data["nan"] is None and data["headline"] == ["h1"] and data["figures"] == ["figures/loss.png"]
+    assert data["frame"][0]["micro batch"] == 1 and data["runs"]["ZeRO-2"]["estimate_host_gib"] == 1.1
+    assert data["runs"]["ZeRO-2"] == json.loads(json.dumps(r))
+    assert data["tables"]["change"] == [{"path": "a", "before": "1", "after": "2"}]
+    assert (tmp_path / "nb" / "figures" / "loss.png").stat().st_size > 1000
+    assert results.load_results(tmp_path / "nb") == data
     page = report.write_html_report(tmp_path, [{"name": "02_zero2", "status": "ok", "duration_s": 1.0,
                                                 "executed": str(tmp_path / "02_zero2.ipynb"),
                                                 "output_dir": str(tmp_path / "nb")}])
@@ -221,6 +227,24 @@ def test_recorder_writes_results_and_figures(tmp_path):
     assert "peak GPU reserved GiB — n/a (CPU)" in frame.columns and frame.loc["ZeRO-2", "steps"] == "—"
     assert "<td>None</td>" not in text and "<td>2.0</td>" not in text and "<td>2</td>" in text
     assert "n/a (CPU)" in text and "0.55 GiB per rank" in text   # why the rehearsal's variants measure alike
+
+
+def test_figures_made_here_show_once_in_a_notebook():
+    """Closed in pyplot, so a cell ending with the figure shows it once; drawn on the caller's Axes, left open."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.close("all")
+    run = {"status": "ok", "losses": [3.0, 2.0], "summary": None}
+    fig = figures.plot_loss({"a": run})
+    assert not plt.get_fignums() and fig.axes[0].get_lines()[0].get_ydata().tolist() == [3.0, 2.0]
+    est = memory.sweep(Plan(model="tiny-qwen2", num_gpus=2), [(3, "none", "none")])
+    figures.plot_host_ram(est)
+    memory.plot_breakdown(est)
+    assert not plt.get_fignums()
+    own, ax = plt.subplots()
+    assert figures.plot_loss({"a": run}, ax=ax) is own and plt.get_fignums() == [own.number]
+    plt.close("all")
 
 
 def test_tidy_frame_counts_blanks_and_gpu_columns():
