@@ -963,62 +963,89 @@ def calculator(model: str = "qwen-14b", **plan_fields):
     """An ipywidgets calculator: model, GPUs, GPU memory, host memory, stage, offload, micro batch,
     sequence length, checkpointing; redraws the breakdown chart and the verdicts on every change.
 
+    The chart is an ``ipywidgets.Image`` (PNG) and the verdicts an ``ipywidgets.HTML``: plain widget
+    state, no ``Output`` widget, so executing the notebook headless (papermill, nbclient) sends the
+    kernel nothing back (nbclient's Output-widget mimic writes to the kernel's shell channel while it
+    waits for the cell's reply, which can hang: jupyter/nbclient#312).
+
+    Args:
+        model: the model to start with (a shipped name, a local folder or a cached hub id).
+        **plan_fields: the other :class:`~cookbook.plan.Plan` fields to start with (``num_gpus=8``, ...).
+
     Returns:
         an ``ipywidgets.VBox`` (display it in a notebook); ``.controls`` holds the input widgets by
-        name and ``.result`` the latest :class:`SweepResult`.
+        name, ``.chart`` the Image, ``.verdicts`` the HTML, and ``.result`` the latest :class:`SweepResult`
+        (None while the inputs are invalid).
+
+    Raises:
+        cookbook.plan.PlanError: ``plan_fields`` do not make a valid plan.
     """
+    import io
+
     import ipywidgets as w
-    import matplotlib.pyplot as plt
     from .models import shipped_models
 
     base = Plan(model=model, **plan_fields)
     options = shipped_models()
     if model not in options:
         options = [model, *options]
+    style = {"description_width": "initial"}
+
+    def size(px: int):
+        return w.Layout(width=f"{px}px")
+
     ctl = {
-        "model": w.Combobox(value=model, options=options, description="model", ensure_option=False),
-        "num_gpus": w.IntSlider(value=base.num_gpus, min=1, max=64, description="GPUs"),
-        "gpu_memory_gib": w.FloatText(value=base.gpu_memory_gib, description="GPU GiB"),
-        "host_memory_gib": w.FloatText(value=base.host_memory_gib or 0.0, description="host GiB (0=?)"),
+        "model": w.Combobox(value=model, options=options, description="model", ensure_option=False, style=style,
+                            layout=size(230)),
+        "num_gpus": w.IntSlider(value=base.num_gpus, min=1, max=64, description="GPUs", style=style, layout=size(300)),
+        "gpu_memory_gib": w.FloatText(value=base.gpu_memory_gib, description="GiB per GPU", style=style,
+                                      layout=size(160)),
+        "host_memory_gib": w.FloatText(value=base.host_memory_gib or 0.0, description="host RAM GiB (0: unknown)",
+                                       style=style, layout=size(250)),
         "variant": w.Dropdown(options=[("all variants", None)] + [(Plan(zero_stage=s, offload_optimizer=o, offload_param=p,
                               nvme_path="/nvme").label, (s, o, p)) for s, o, p in VARIANTS], value=None,
-                              description="ZeRO"),
-        "micro_batch": w.IntSlider(value=base.micro_batch, min=1, max=64, description="micro batch"),
+                              description="ZeRO", style=style, layout=size(300)),
+        "micro_batch": w.IntSlider(value=base.micro_batch, min=1, max=64, description="micro batch", style=style,
+                                   layout=size(300)),
         "seq_len": w.Dropdown(options=[256, 512, 1024, 2048, 4096, 8192], value=base.seq_len if base.seq_len in
-                              (256, 512, 1024, 2048, 4096, 8192) else 512, description="seq len"),
-        "gradient_checkpointing": w.Checkbox(value=base.gradient_checkpointing, description="gradient checkpointing"),
-        "bf16_states": w.Checkbox(value=False, description="bf16 states"),
+                              (256, 512, 1024, 2048, 4096, 8192) else 512, description="seq len", style=style,
+                              layout=size(160)),
+        "gradient_checkpointing": w.Checkbox(value=base.gradient_checkpointing, description="gradient checkpointing",
+                                             style=style),
+        "bf16_states": w.Checkbox(value=False, description="bf16 states", style=style),
     }
-    out = w.Output()
+    chart = w.Image(format="png", layout=w.Layout(max_width="100%"))
+    verdicts = w.HTML()
 
     def redraw(*_):
-        with out:
-            out.clear_output(wait=True)
-            try:
-                plan = base.replace(model=ctl["model"].value, num_gpus=ctl["num_gpus"].value,
-                                    gpu_memory_gib=ctl["gpu_memory_gib"].value or base.gpu_memory_gib,
-                                    host_memory_gib=ctl["host_memory_gib"].value or None,
-                                    micro_batch=ctl["micro_batch"].value, seq_len=ctl["seq_len"].value,
-                                    gradient_checkpointing=ctl["gradient_checkpointing"].value)
-                variants = VARIANTS if ctl["variant"].value is None else [ctl["variant"].value]
-                result = sweep(plan, variants, bf16_states=ctl["bf16_states"].value)
-            except Exception as exc:  # noqa: BLE001 - shown to the user, widget keeps working
-                print(f"error: {exc}")
-                return
-            box.result = result
-            fig = plot_breakdown(result)
-            from IPython.display import display
-            display(fig)
-            plt.close(fig)
-            for e in result:
-                print(e.verdict)
-                for r in e.reasons:
-                    print("   ", r)
+        try:
+            plan = base.replace(model=ctl["model"].value, num_gpus=ctl["num_gpus"].value,
+                                gpu_memory_gib=ctl["gpu_memory_gib"].value or base.gpu_memory_gib,
+                                host_memory_gib=ctl["host_memory_gib"].value or None,
+                                micro_batch=ctl["micro_batch"].value, seq_len=ctl["seq_len"].value,
+                                gradient_checkpointing=ctl["gradient_checkpointing"].value)
+            variants = VARIANTS if ctl["variant"].value is None else [ctl["variant"].value]
+            result = sweep(plan, variants, bf16_states=ctl["bf16_states"].value)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, widget keeps working
+            box.result = None
+            verdicts.value = f"<pre>error: {html.escape(str(exc))}</pre>"
+            return
+        box.result = result
+        fig = plot_breakdown(result)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=90, bbox_inches="tight")
+        chart.value = png.getvalue()
+        lines = []
+        for e in result:
+            lines.append(html.escape(e.verdict))
+            lines += ["    " + html.escape(r) for r in e.reasons]
+        verdicts.value = "<pre style='white-space:pre-wrap'>" + "\n".join(lines) + "</pre>"
 
     box = w.VBox([w.HBox([ctl["model"], ctl["num_gpus"], ctl["gpu_memory_gib"], ctl["host_memory_gib"]]),
                   w.HBox([ctl["variant"], ctl["micro_batch"], ctl["seq_len"]]),
-                  w.HBox([ctl["gradient_checkpointing"], ctl["bf16_states"]]), out])
+                  w.HBox([ctl["gradient_checkpointing"], ctl["bf16_states"]]), chart, verdicts])
     box.controls = ctl  # the input widgets, by plan field name
+    box.chart, box.verdicts = chart, verdicts
     box.result = None   # the latest SweepResult
     for c in ctl.values():
         c.observe(redraw, names="value")

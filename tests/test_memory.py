@@ -398,10 +398,18 @@ def test_plot_and_calculator():
     import ipywidgets
     assert isinstance(widget, ipywidgets.VBox)
     assert len(widget.result) == len(VARIANTS) and widget.result[0].plan.num_gpus == 8
+    assert widget.chart.value[:8] == b"\x89PNG\r\n\x1a\n" and all(e.verdict in widget.verdicts.value for e in widget.result)
+    chart = widget.chart.value
     widget.controls["variant"].value = (3, "cpu", "none")  # the user picks one variant: redrawn
     assert len(widget.result) == 1 and widget.result[0].fits_gpu is True
     widget.controls["num_gpus"].value = 1
     assert widget.result[0].plan.num_gpus == 1 and widget.result[0].fits_gpu is False
+    assert widget.verdicts.value.count("ZeRO-") == 1 and "ZeRO-3 + opt→cpu: GPU" in widget.verdicts.value
+    assert "DOES NOT FIT" in widget.verdicts.value and widget.chart.value != chart
+    widget.controls["gpu_memory_gib"].value = -1.0  # an invalid plan: said in the widget, which keeps working
+    assert widget.result is None and "error: " in widget.verdicts.value and "gpu_memory_gib" in widget.verdicts.value
+    widget.controls["gpu_memory_gib"].value = 80.0
+    assert widget.result[0].fits_gpu is True
 
 
 # ------------------------------------------------------------------------------------------
