@@ -173,8 +173,10 @@ def test_the_calculator_in_jupyterlab(lab, tmp_path):
             for line in _expected(1, None):
                 expect(out).to_contain_text(line, timeout=60_000)
             assert out.inner_text() != text_before
-            assert "ZeRO-3 + opt→cpu: GPU 12.5/24 GiB fits" in text_before  # 8 GPUs: 32.4 GiB on 1
-            assert "ZeRO-3 + opt→cpu: GPU 32.4/24 GiB DOES NOT FIT" in out.inner_text()
+            # the verdict itself flips for ZeRO-3 + optimizer offload: 8 GPUs share the 16-bit states, 1 holds them all
+            z3_8, z3_1 = (next(v for v in _expected(n, None) if v.startswith("ZeRO-3 + opt→cpu:")) for n in (8, 1))
+            assert " fits;" in z3_8 and "DOES NOT FIT" in z3_1
+            assert z3_8 in text_before and z3_1 in out.inner_text()
 
             # pick one ZeRO stage from the dropdown
             calc.locator(".widget-dropdown", has=page.locator("label", has_text="ZeRO")).locator("select").select_option(
