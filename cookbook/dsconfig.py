@@ -793,7 +793,8 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
             f"{label('num_gpus')} so that they multiply to {_j(tb)}"))
 
     # ---- E. what nobody fills -------------------------------------------------------------------
-    left = [p for p, v in _walk_leaves(cfg) if v == "auto"]
+    told = {p.path for p in problems}
+    left = [p for p, v in _walk_leaves(cfg) if v == "auto" and p not in told]
     for path in left:
         problems.append(Problem(path, f"{path} is \"auto\", which neither the HF Trainer nor Accelerate fills, so "
                                 "cookbook launch cannot either", f"write a value for {path}"))

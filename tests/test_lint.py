@@ -66,12 +66,13 @@ def test_repaired_config_is_still_linted(tmp_path):
     assert "128" in _find(report, "train_batch_size", "error").fix
 
 
-def test_non_object_config_is_a_finding(tmp_path):
+def test_non_object_config_cannot_be_used(tmp_path, capsys):
     for bad in (None, [], 3, 2.5):
         report = lint(bad, world_size=8)
-        assert report.exit_code == 1 and report[0].path == "(top level)"
+        assert report.exit_code == 2 and not report.readable and report[0].path == "(top level)"
     report = lint(_write(tmp_path, "[1, 2]"), world_size=8)
-    assert report.exit_code == 1 and "list" in report[0].message
+    assert report.exit_code == 2 and "list" in report[0].message and "cannot be used" in report[0].message
+    assert cli.main(["lint", str(tmp_path / "ds.json")]) == 2
 
 
 def test_duplicate_keys(tmp_path):
@@ -374,7 +375,10 @@ def test_cli_exit_codes(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["lint", str(good), "--world-size", "3", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["errors"][0]["path"] == "train_batch_size" and "= 3" in out["errors"][0]["message"]
+    # the default mode is cookbook launch's: the config states world size 2, the typed --world-size 3 disagrees
+    assert out["errors"][0]["path"] == "train_batch_size" and "--world-size 3" in out["errors"][0]["message"]
+    assert cli.main(["lint", str(good), "--world-size", "3", "--mode", "deepspeed", "--json"]) == 1
+    assert "= 3" in json.loads(capsys.readouterr().out)["errors"][0]["message"]
     assert cli.main(["lint", str(SEEDS / "001_llama7b_offload_example.json"), "--world-size", "1"]) == 2
     assert cli.main(["lint", str(tmp_path / "missing.json"), "--world-size", "1"]) == 2
     assert "not found" in capsys.readouterr().out
