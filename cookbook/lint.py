@@ -1154,10 +1154,11 @@ def scheduler_param_keys(type_name: str):
 def _optimizer_type_names() -> list[str]:
     import torch
     from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
-    names = {"Adam", "AdamW", "Lamb", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon"}
+    spelled = {"Adam", "AdamW", "Lamb", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon"}
+    names = {n for n in spelled if n.lower() in DEEPSPEED_OPTIMIZERS}  # DeepSpeed matches them case-insensitively
     names |= {n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
               and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"}
-    return sorted(names | set(DEEPSPEED_OPTIMIZERS))
+    return sorted(names)
 
 
 def _rule_params(ctx: _Ctx) -> None:
