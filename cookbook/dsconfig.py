@@ -10,6 +10,9 @@ Three targets, because the same run is launched three ways:
   wherever ``transformers.integrations.deepspeed.HfTrainerDeepSpeedConfig`` fills the value from
   ``TrainingArguments`` and the model config, so the two can never disagree.
 
+A user's own config goes the other way: :func:`resolve_config` fills its ``"auto"`` values from a plan
+exactly as the HF Trainer and Accelerate fill them (``cookbook launch --config``, ``cookbook lint --resolve``).
+
 Sources for every key and default:
   * DeepSpeed config reference, https://www.deepspeed.ai/docs/config-json/ and the pydantic
     models in ``deepspeed/runtime/zero/config.py``, ``deepspeed/runtime/zero/offload_config.py``,
@@ -1028,6 +1031,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-__all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "MISSING", "auto_precision",
+__all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
+           "Resolution", "auto_precision", "resolve_config", "trainer_defaults",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
            "register", "stdout_to_stderr"]

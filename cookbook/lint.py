@@ -2,8 +2,13 @@
 
 ``lint(config_or_path, world_size=8, mode="accelerate", gpu="RTX 4090")`` returns a
 :class:`LintReport` (a list of :class:`Finding`: severity, JSON path, message, fix), rendered as a
-table in notebooks. ``cookbook lint CONFIG.json --world-size N`` is the same from a shell; exit code
-0: no errors, 1: errors, 2: the file cannot be read or parsed.
+table in notebooks. ``cookbook lint CONFIG.json [--world-size N]`` is the same from a shell; exit code
+0: no errors, 1: errors, 2: the file cannot be used (missing, not JSON, not a JSON object). Its default
+mode, ``launch``, reads the file as ``cookbook launch --config`` does: every ``"auto"`` filled from the
+plan options (:func:`cookbook.dsconfig.resolve_config`; same options and defaults as ``cookbook launch``),
+a config value that disagrees with a typed option an error naming both, then the resolved config checked
+as DeepSpeed sees it, with what this machine decides (:func:`_rule_machine`); ``--resolve -o FILE`` writes
+the resolved config. So a file is never "0 errors" in ``cookbook lint`` and refused by ``cookbook launch``.
 
 Rules (each names its source):
   1. parse: file, line, column and the likely cause (trailing comma, single quotes, Python
@@ -25,6 +30,13 @@ Rules (each names its source):
      CPU device, ``pin_memory`` with short host RAM, an NVMe parameter buffer too small.
   8. ZeRO-3 without ``stage3_gather_16bit_weights_on_model_save`` when an HF model is saved.
   9. wrong types and ranges (DeepSpeed's pydantic validation plus the top-level numbers).
+ 10. ``optimizer.params`` / ``scheduler.params`` keys the class DeepSpeed builds does not take (read off
+     the signatures of FusedAdam / DeepSpeedCPUAdam / torch.optim.* and ``runtime/lr_schedules.py``),
+     with a did-you-mean; unknown optimizer / scheduler types.
+ 11. bucket sizes far below the h² rule (under a tenth of it): more, smaller collectives.
+ Also in rule 7: NVMe optimizer offload with bf16 master weights / optimizer states (DeepSpeed 0.19.8
+ ``AssertionError`` in ``runtime/swap_tensor/utils.py``). With ``machine=True``: fp16 on a CPU rehearsal
+ without CPU fp16, NVMe without libaio.
 """
 from __future__ import annotations
 
