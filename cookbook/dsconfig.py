@@ -10,6 +10,9 @@ Three targets, because the same run is launched three ways:
   wherever ``transformers.integrations.deepspeed.HfTrainerDeepSpeedConfig`` fills the value from
   ``TrainingArguments`` and the model config, so the two can never disagree.
 
+A user's own config goes the other way: :func:`resolve_config` fills its ``"auto"`` values from a plan
+exactly as the HF Trainer and Accelerate fill them (``cookbook launch --config``, ``cookbook lint --resolve``).
+
 Sources for every key and default:
   * DeepSpeed config reference, https://www.deepspeed.ai/docs/config-json/ and the pydantic
     models in ``deepspeed/runtime/zero/config.py``, ``deepspeed/runtime/zero/offload_config.py``,
@@ -21,6 +24,7 @@ Sources for every key and default:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -69,8 +73,9 @@ NVME_PARAM_MIN_BUFFER_SIZE = 10**8  # DeepSpeed's default buffer_size (elements)
 NVME_PARAM_MAX_IN_CPU = 10**9
 
 
-class ConfigError(ValueError):
-    """A builder argument cannot work; the message names the argument, its value and the fix."""
+class ConfigError(PlanError):
+    """A builder argument cannot work; the message names the argument, its value and the fix (templated like
+    :class:`~cookbook.plan.PlanError`, so a command names its own flags)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,8 +150,8 @@ def preset_plan(preset: str, **plan_fields) -> Plan:
                               f"drop {key} or pick another preset")
     plan_fields.update(fixed)
     if "nvme" in (opt, param) and not plan_fields.get("nvme_path"):
-        raise PlanError(f"preset {preset!r} offloads to NVMe but nvme_path is not set: pass nvme_path "
-                        "(CLI: --nvme-path) a folder on a fast local NVMe SSD")
+        raise PlanError.about("{preset} offloads to NVMe but {nvme_path.name} is not set: set it to a folder on a "
+                              "fast local NVMe SSD", preset=preset, nvme_path=None)
     return Plan(**plan_fields)
 
 
@@ -202,7 +207,7 @@ def _check_number(name: str, value, *, minimum: float = 0.0, strict: bool = Fals
     if not ok:
         kind = "an integer" if integer else "a number"
         rel = ">" if strict else ">="
-        raise ConfigError(f"{name}={value!r}: must be {kind} {rel} {minimum}")
+        raise ConfigError.about(f"{{{name}}}: must be {kind} {rel} {minimum}", **{name: value})
 
 
 def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, weight_decay: float = 0.0,
@@ -258,11 +263,22 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise ConfigError(f"betas={betas!r}: both must lie in [0, 1), e.g. (0.9, 0.95)")
     if bf16_states and plan.precision != "bf16":
-        raise ConfigError(f"bf16_states=True with precision={plan.precision!r}: bf16 optimizer states need "
-                          "precision='bf16'; set bf16_states=False or use bf16")
+        raise ConfigError.about("{bf16_states} with {precision}: bf16 optimizer states need bf16 precision; drop "
+                                "{bf16_states.name} or set {precision.name} to bf16",
+                                bf16_states=True, precision=plan.precision)
     if bf16_states and plan.zero_stage == 0:
-        raise ConfigError("bf16_states=True with zero_stage=0: DeepSpeed supports bf16 master weights only "
-                          "with ZeRO stage 1, 2 or 3; raise zero_stage or set bf16_states=False")
+        raise ConfigError.about("{bf16_states} with {zero_stage}: DeepSpeed supports bf16 master weights only with "
+                                "ZeRO stage 1, 2 or 3; raise {zero_stage.name} or drop {bf16_states.name}",
+                                bf16_states=True, zero_stage=plan.zero_stage)
+    if bf16_states and plan.offload_optimizer == "nvme":
+        # DeepSpeed 0.19.8: stage3._configure_tensor_swapping builds the optimizer swapper with
+        # dtype=master_weights_and_grads_dtype (bf16) and swap_tensor/utils.py SwapBufferManager.allocate
+        # asserts dtype == self.dtype at the first swap -> "AssertionError" at start (seen on an H200)
+        raise ConfigError.about("{bf16_states} with {offload_optimizer}: DeepSpeed 0.19.8 stops at start with an "
+                                "AssertionError in runtime/swap_tensor/utils.py (assert dtype == self.dtype): its NVMe "
+                                "optimizer swapper cannot hold bf16 master weights and optimizer states; drop "
+                                "{bf16_states.name} (fp32 states on NVMe), or keep the bf16 states and offload the "
+                                "optimizer to the CPU instead of NVMe", bf16_states=True, offload_optimizer="nvme")
 
     from .models import model_spec
     spec = model_spec(plan.model)
@@ -348,6 +364,471 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
         cfg["aio"] = dict(AIO_BLOCK)
     return cfg
+
+
+# ----------------------------------------------------------------------------------------------
+# "auto": filled from the plan, as the HF Trainer and Accelerate fill it
+# ----------------------------------------------------------------------------------------------
+
+#: The ``TrainingArguments`` fields whose defaults the HF Trainer writes into ``"auto"`` when the
+#: user sets nothing (``HfTrainerDeepSpeedConfig.trainer_config_process``).
+TRAINER_DEFAULT_FIELDS = ("max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
+
+
+@functools.lru_cache(maxsize=1)
+def trainer_defaults() -> dict:
+    """The defaults of ``transformers.TrainingArguments`` for :data:`TRAINER_DEFAULT_FIELDS`, read
+    off the installed transformers (``max_grad_norm`` 1.0, ``adam_beta1`` 0.9, ``adam_beta2`` 0.999,
+    ``adam_epsilon`` 1e-8, ``weight_decay`` 0.0 in transformers 5.x)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+    return {f.name: f.default for f in dataclasses.fields(TrainingArguments) if f.name in TRAINER_DEFAULT_FIELDS}
+
+
+@dataclass(frozen=True)
+class Filled:
+    """One row of the fill table: config ``path``, the ``value`` written, ``source`` (where it came from, in
+    the user's words) and ``how``: ``auto`` (the config said "auto"), ``added`` (the config did not have
+    the key) or ``kept`` (the config's own value decided an option the user had not typed)."""
+
+    path: str
+    value: Any
+    source: str
+    how: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A value that cannot be resolved: config ``path``, ``message`` (naming both sides) and ``fix``."""
+
+    path: str
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A user's DeepSpeed config resolved for a plan (:func:`resolve_config`).
+
+    Attributes:
+        config: the resolved config (no ``"auto"`` left when ``ok``); what DeepSpeed receives.
+        original: the config as given. plan: the run, after the config's own values (ZeRO stage,
+        offload, batch shape, precision) replaced the options the user had not typed.
+        rows: the fill table (:class:`Filled`). problems: :class:`Problem` s; none when ``ok``.
+        config_name: how the config is named in messages (its file name).
+    """
+
+    config: dict
+    original: dict
+    plan: Plan | None
+    rows: tuple
+    problems: tuple
+    config_name: str = "the config"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_frame(self):
+        """A pandas DataFrame with columns path, value, from."""
+        import pandas as pd
+        return pd.DataFrame([(r.path, json.dumps(r.value), r.source) for r in self.rows],
+                            columns=["path", "value", "from"])
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return f"<p>{self.config_name}: nothing to fill</p>"
+        return f"<p>{self.config_name}, filled for this run:</p>" + self.to_frame().to_html(index=False)
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return f"{self.config_name}: nothing to fill"
+        rows = [(r.path, json.dumps(r.value), r.source) for r in self.rows]
+        w0 = max(len("path"), *(len(r[0]) for r in rows))
+        w1 = max(len("value"), *(len(r[1]) for r in rows))
+        lines = [f"{self.config_name}, filled for this run:", f"  {'path':<{w0}}  {'value':<{w1}}  from"]
+        lines += [f"  {p:<{w0}}  {v:<{w1}}  {s}" for p, v, s in rows]
+        return "\n".join(lines)
+
+
+def _node(cfg: dict, path: str, create: bool = False):
+    """(parent dict, last key) of a dotted path, or (None, key) when a parent is missing."""
+    *parents, key = path.split(".")
+    node = cfg
+    for part in parents:
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(nxt, dict):
+            if not create or not isinstance(node, dict):
+                return None, key
+            nxt = node[part] = {}
+        node = nxt
+    return node, key
+
+
+def _value(cfg: dict, path: str, default=None):
+    parent, key = _node(cfg, path)
+    return parent.get(key, default) if parent is not None else default
+
+
+def _fixed_int(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer() and v >= 1
+
+
+def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None = None, lr: float = 3e-3,
+                   max_steps: int = 40, warmup_steps: int | None = None, weight_decay: float | None = None,
+                   max_grad_norm: float | None = None, betas=None, eps: float | None = None,
+                   save_16bit_model: bool = True, config_name: str = "the config") -> Resolution:
+    """Fill every ``"auto"`` of a user's DeepSpeed config from ``plan`` and the training options, the
+    way the HF Trainer and Accelerate fill it, and let the config's own values decide what the user did
+    not type.
+
+    What is filled, and from where (sources):
+
+    * HF Trainer, ``transformers/integrations/deepspeed.py``, ``HfTrainerDeepSpeedConfig.
+      trainer_config_process``: ``train_micro_batch_size_per_gpu`` (micro batch), ``gradient_accumulation_steps``,
+      ``train_batch_size`` (world size × micro batch × accumulation), ``gradient_clipping`` (``max_grad_norm``),
+      ``optimizer.params.lr`` / ``betas`` (``[adam_beta1, adam_beta2]``) / ``eps`` (``adam_epsilon``) /
+      ``weight_decay``, ``scheduler.params.warmup_min_lr`` (0) and ``warmup_max_lr`` (the learning rate),
+      ``fp16.enabled`` / ``bf16.enabled`` (the precision). ``trainer_config_finalize``:
+      ``zero_optimization.reduce_bucket_size`` = h², ``stage3_prefetch_bucket_size`` = int(0.9·h²),
+      ``stage3_param_persistence_threshold`` = 10·h (h: the model config's ``hidden_size``),
+      ``scheduler.params.total_num_steps`` (the run's optimizer steps) and ``warmup_num_steps``
+      (max(1, warm-up steps)). Values the Trainer takes from ``TrainingArguments`` that the cookbook has no
+      option for use ``TrainingArguments``' defaults (:func:`trainer_defaults`).
+    * Accelerate, ``accelerate/utils/dataclasses.py`` ``DeepSpeedPlugin.__post_init__``
+      (``plugin_to_config_mapping``): ``zero_optimization.stage``, ``offload_optimizer.device`` /
+      ``offload_param.device`` and their ``nvme_path``, ``stage3_gather_16bit_weights_on_model_save``
+      (``zero3_save_16bit_model``: the cookbook saves the final model, so true); ``accelerator.py``
+      ``_prepare_deepspeed`` fills the three hidden-size keys at every ZeRO stage (the Trainer only under
+      ZeRO-3) and ``set_mixed_precision`` adds the ``bf16``/``fp16`` block a config lacks.
+
+    Keys the cookbook's training entry needs and the config lacks are added from the plan: the micro batch
+    and accumulation (Accelerate adds ``gradient_accumulation_steps``; the Trainer's data loader sets the micro
+    batch), ``zero_optimization``, the precision block, an offload block the user typed, and a
+    ``WarmupDecayLR`` scheduler (the Trainer's default ``lr_scheduler_type="linear"``; the transformers DeepSpeed
+    docs name WarmupDecayLR its DeepSpeed equivalent). When ``train_batch_size`` is a number, an untyped micro
+    batch or accumulation is derived from it as DeepSpeed does (``runtime/config.py
+    _set_batch_related_parameters``), and so is an untyped world size when all three are numbers.
+
+    A value the config fixes (not "auto") that disagrees with an option the user typed is a :class:`Problem`
+    naming both — the Trainer's own rule (``fill_match`` collects "mismatches" and raises), with the user's
+    flags. A value the config fixes for an option the user did *not* type wins, and shows in the table as
+    ``kept``. Blocks the Trainer keeps (``"fp16": {"enabled": true}`` on a bf16-capable GPU) stay as written.
+
+    Args:
+        config: the user's DeepSpeed config (not modified).
+        plan: the run as built from the options (typed and defaults).
+        stated: the plan fields and options the user typed (``micro_batch``, ``num_gpus``, ``lr``, ``max_steps``,
+            ``warmup_steps``, ...); default: none (every option a default the config may override).
+        names: how to name each field/option in the table and messages (``{"micro_batch": "--micro-batch"}``);
+            default: the Python names.
+        lr, max_steps, warmup_steps, weight_decay, max_grad_norm, betas, eps: the training options (None:
+            ``warmup_steps`` → 5% of ``max_steps`` as in ``cookbook train``; the others →
+            ``TrainingArguments``' defaults).
+        save_16bit_model: Accelerate's ``zero3_save_16bit_model`` for the ``"auto"`` of
+            ``stage3_gather_16bit_weights_on_model_save``.
+        config_name: the config's name in messages (its file name).
+
+    Returns:
+        :class:`Resolution`; never raises on a bad config (problems are listed).
+    """
+    import copy
+
+    stated = set(stated or ())
+    names = dict(names or {})
+    cfg = copy.deepcopy(config)
+    rows: list[Filled] = []
+    problems: list[Problem] = []
+    cname = config_name
+    tdef = trainer_defaults()
+    warm = warmup_steps if warmup_steps is not None else max(1, max_steps // 20)
+
+    def label(key: str) -> str:
+        return names.get(key, key)
+
+    def opt(key: str, value) -> str:
+        lab = label(key)
+        text = f"{lab} {_j(value)}" if lab.startswith("-") else f"{lab}={value!r}"
+        return text if key in stated else text + " (default)"
+
+    def add(path, value, source, how):
+        rows.append(Filled(path, value, source, how))
+
+    def disagree(path, cfg_value, key, opt_value, matching=None):
+        lab = label(key)
+        problems.append(Problem(
+            path, f"{path} is {_j(cfg_value)} in {cname}, but {opt(key, opt_value)} was given: the two disagree",
+            f"drop {lab} (the config decides), or set {path} to \"auto\" (filled from {lab}) or to "
+            f"{_j(opt_value if matching is None else matching)}"))
+
+    def is_auto(path):
+        return _value(cfg, path) == "auto"
+
+    def present(path):
+        parent, key = _node(cfg, path)
+        return parent is not None and key in parent
+
+    # ---- A. the plan fields the config fixes ----------------------------------------------------
+    fields = plan.to_dict()
+    origin: dict[str, str] = {}  # plan field -> config path that decided it (for messages)
+    zero = cfg.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else None
+
+    def take(field, path, value, cfg_value=None, matching=None):
+        """The config fixes plan ``field`` to ``value`` (written ``cfg_value`` at ``path``)."""
+        cfg_value = value if cfg_value is None else cfg_value
+        if value == getattr(plan, field):
+            return
+        if field in stated:
+            disagree(path, cfg_value, field, getattr(plan, field), matching)
+            return
+        fields[field] = value
+        origin[field] = path
+        add(path, cfg_value, f"{cname} (over {opt(field, getattr(plan, field))})", "kept")
+
+    if zero is not None:
+        st = zero.get("stage")
+        if isinstance(st, int) and not isinstance(st, bool) and 0 <= st <= 3:
+            take("zero_stage", "zero_optimization.stage", st)
+        for part in ("offload_optimizer", "offload_param"):
+            block = zero.get(part)
+            if isinstance(block, dict):
+                dev = block.get("device")
+                if dev in ("none", "cpu", "nvme"):
+                    take(part, f"zero_optimization.{part}.device", dev)
+                if dev == "nvme" and isinstance(block.get("nvme_path"), str) and block["nvme_path"] != "auto":
+                    take("nvme_path", f"zero_optimization.{part}.nvme_path", block["nvme_path"])
+    for key, field in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
+        if _fixed_int(cfg.get(key)):
+            take(field, key, int(cfg[key]))
+    # the learning rate, when the optimizer block fixes it (the scheduler's peak follows it)
+    cfg_lr = _value(cfg, "optimizer.params.lr")
+    if isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr != lr:
+        if "lr" in stated:
+            disagree("optimizer.params.lr", cfg_lr, "lr", lr)
+        else:
+            add("optimizer.params.lr", cfg_lr, f"{cname} (over {opt('lr', lr)})", "kept")
+            lr = cfg_lr
+    # precision: a block enabled true fixes it; a block enabled false rules that precision out
+    blocks = {p: cfg.get(p, cfg.get("bfloat16") if p == "bf16" else None) for p in ("bf16", "fp16")}
+    enabled = {p: (b.get("enabled") if isinstance(b, dict) else None) for p, b in blocks.items()}
+    if enabled["bf16"] is True:
+        take("precision", "bf16.enabled", "bf16", True, False)
+    elif enabled["fp16"] is True:
+        take("precision", "fp16.enabled", "fp16", True, False)
+    elif plan.precision in ("bf16", "fp16") and enabled[plan.precision] is False:
+        if "precision" in stated:
+            disagree(f"{plan.precision}.enabled", False, "precision", plan.precision, True)
+        else:
+            other = "fp16" if plan.precision == "bf16" else "bf16"
+            take("precision", f"{plan.precision}.enabled", other if enabled[other] == "auto" else "fp32", False)
+    # the world size, when the config states all three batch numbers
+    tb, mb, ga = (cfg.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"))
+    if all(_fixed_int(v) for v in (tb, mb, ga)) and int(tb) % (int(mb) * int(ga)) == 0:
+        world = int(tb) // (int(mb) * int(ga))
+        if world != plan.num_gpus:
+            if "num_gpus" in stated:
+                problems.append(Problem(
+                    "train_batch_size", f"train_batch_size {_j(tb)} in {cname} = micro batch {mb} × accumulation {ga} × "
+                    f"world size {world}, but {opt('num_gpus', plan.num_gpus)} was given",
+                    f"set train_batch_size to \"auto\" (or {int(mb) * int(ga) * plan.num_gpus}), or give "
+                    f"{label('num_gpus')} {world}"))
+            else:
+                fields["num_gpus"] = world
+                if fields.get("num_machines", 1) > 1 and world % fields["num_machines"]:
+                    fields["num_machines"] = 1
+                add("(world size)", world, f"train_batch_size {_j(tb)} / (micro batch {mb} × accumulation {ga}) in "
+                    f"{cname} (over {opt('num_gpus', plan.num_gpus)})", "kept")
+    try:
+        eff = Plan(**fields)
+    except PlanError as exc:
+        shown = {f: (f"{origin[f]}={{}} in {cname}", origin[f]) if f in origin else label(f) for f in exc.fields}
+        path = next((origin[f] for f in exc.fields if f in origin), "(config)")
+        problems.append(Problem(path, exc.render(shown), "make the config and the options agree"))
+        return Resolution(cfg, config, None, tuple(rows), tuple(problems), cname)
+    if problems:
+        return Resolution(cfg, config, eff, tuple(rows), tuple(problems), cname)
+
+    # ---- B. keys the config lacks ---------------------------------------------------------------
+    world = eff.num_gpus
+    if not isinstance(cfg.get("zero_optimization"), dict):
+        cfg["zero_optimization"] = {"stage": eff.zero_stage}
+        add("zero_optimization.stage", eff.zero_stage, f"{opt('zero_stage', eff.zero_stage)}; the config has no "
+            "zero_optimization (Accelerate requires it)", "added")
+    zero = cfg["zero_optimization"]
+    if "stage" not in zero:
+        zero["stage"] = eff.zero_stage
+        add("zero_optimization.stage", eff.zero_stage, opt("zero_stage", eff.zero_stage), "added")
+    for part in ("offload_optimizer", "offload_param"):
+        target = getattr(eff, part)
+        if target != "none" and not isinstance(zero.get(part), dict):
+            zero[part] = {"device": target}
+            add(f"zero_optimization.{part}.device", target, opt(part, target), "added")
+            if target == "nvme":
+                zero[part]["nvme_path"] = eff.nvme_path
+                add(f"zero_optimization.{part}.nvme_path", eff.nvme_path, opt("nvme_path", eff.nvme_path), "added")
+    tb = cfg.get("train_batch_size")
+    tb_fixed = _fixed_int(tb)
+    if "train_micro_batch_size_per_gpu" not in cfg or is_auto("train_micro_batch_size_per_gpu"):
+        g = cfg["gradient_accumulation_steps"] if _fixed_int(cfg.get("gradient_accumulation_steps")) else eff.grad_accum
+        how = "auto" if is_auto("train_micro_batch_size_per_gpu") else "added"
+        if tb_fixed and "micro_batch" not in stated and int(tb) % (int(g) * world) == 0 and int(tb) // (int(g) * world) >= 1:
+            m = int(tb) // (int(g) * world)
+            cfg["train_micro_batch_size_per_gpu"] = m
+            add("train_micro_batch_size_per_gpu", m, f"train_batch_size {_j(tb)} / (accumulation {g} × world size "
+                f"{world}), as DeepSpeed derives it", how)
+            eff = eff.replace(micro_batch=m)
+        else:
+            cfg["train_micro_batch_size_per_gpu"] = eff.micro_batch
+            add("train_micro_batch_size_per_gpu", eff.micro_batch, opt("micro_batch", eff.micro_batch), how)
+    if "gradient_accumulation_steps" not in cfg or is_auto("gradient_accumulation_steps"):
+        m = cfg["train_micro_batch_size_per_gpu"]
+        how = "auto" if is_auto("gradient_accumulation_steps") else "added"
+        if tb_fixed and "grad_accum" not in stated and int(tb) % (int(m) * world) == 0 and int(tb) // (int(m) * world) >= 1:
+            g = int(tb) // (int(m) * world)
+            cfg["gradient_accumulation_steps"] = g
+            add("gradient_accumulation_steps", g, f"train_batch_size {_j(tb)} / (micro batch {m} × world size "
+                f"{world}), as DeepSpeed derives it", how)
+            eff = eff.replace(grad_accum=g)
+        else:
+            cfg["gradient_accumulation_steps"] = eff.grad_accum
+            add("gradient_accumulation_steps", eff.grad_accum, opt("grad_accum", eff.grad_accum), how)
+    have_block = "bf16" in cfg or "bfloat16" in cfg if eff.precision == "bf16" else eff.precision in cfg
+    if eff.precision != "fp32" and not have_block:
+        block = {"enabled": True} if eff.precision == "bf16" else dict(FP16_BLOCK)
+        cfg[eff.precision] = block
+        add(f"{eff.precision}.enabled", True, f"{opt('precision', eff.precision)}; Accelerate's set_mixed_precision "
+            "adds the block a config lacks", "added")
+    if "scheduler" not in cfg:
+        cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {
+            "warmup_min_lr": 0, "warmup_max_lr": lr, "warmup_num_steps": max(1, warm), "total_num_steps": max_steps,
+            "warmup_type": "linear"}}
+        add("scheduler", "WarmupDecayLR", f"the HF Trainer's default schedule (linear warm-up over "
+            f"{opt('warmup_steps', warm)}, linear decay to 0 at {opt('max_steps', max_steps)}, peak "
+            f"{opt('lr', lr)}); the config has none", "added")
+
+    # ---- C. "auto", as the Trainer and Accelerate fill it ---------------------------------------
+    mb, ga = int(cfg["train_micro_batch_size_per_gpu"]), int(cfg["gradient_accumulation_steps"])
+    trainer = "the HF Trainer's"
+    b1 = betas[0] if betas is not None else tdef["adam_beta1"]
+    b2 = betas[1] if betas is not None else tdef["adam_beta2"]
+
+    def from_opt(key, value, default_field=None):
+        if value is not None:
+            return value, opt(key, value)
+        return tdef[default_field], f"TrainingArguments.{default_field} default (the cookbook has no option for it)"
+
+    clip, clip_src = from_opt("max_grad_norm", max_grad_norm, "max_grad_norm")
+    wd, wd_src = from_opt("weight_decay", weight_decay, "weight_decay")
+    ep, ep_src = from_opt("eps", eps, "adam_epsilon")
+    fills = [
+        ("train_batch_size", mb * ga * world, f"micro batch {mb} × accumulation {ga} × world size {world} "
+                                              f"({opt('num_gpus', world)})"),
+        ("gradient_clipping", clip, clip_src),
+        ("optimizer.params.lr", lr, opt("lr", lr)),
+        ("optimizer.params.betas", [b1, b2], opt("betas", [b1, b2]) if betas is not None else
+         "TrainingArguments.adam_beta1/adam_beta2 defaults (the cookbook has no option for them)"),
+        ("optimizer.params.eps", ep, ep_src),
+        ("optimizer.params.weight_decay", wd, wd_src),
+        ("scheduler.params.warmup_min_lr", 0, f"0 ({trainer} value; not a TrainingArguments option)"),
+        ("scheduler.params.warmup_max_lr", lr, opt("lr", lr)),
+        ("scheduler.params.total_num_steps", max_steps, opt("max_steps", max_steps)),
+        ("scheduler.params.warmup_num_steps", max(1, warm),
+         opt("warmup_steps", warm) if warmup_steps is not None else
+         f"5% of {opt('max_steps', max_steps)} = {warm} (cookbook train's --warmup-steps default)"
+         + (", raised to 1 (DeepSpeed >= 0.19.6 rejects 0)" if warm < 1 else "")),
+        ("fp16.enabled", eff.precision == "fp16", opt("precision", eff.precision)),
+        ("bf16.enabled", eff.precision == "bf16", opt("precision", eff.precision)),
+        ("bfloat16.enabled", eff.precision == "bf16", opt("precision", eff.precision)),
+        ("zero_optimization.stage", eff.zero_stage, opt("zero_stage", eff.zero_stage)),
+        ("zero_optimization.offload_optimizer.device", eff.offload_optimizer, opt("offload_optimizer", eff.offload_optimizer)),
+        ("zero_optimization.offload_param.device", eff.offload_param, opt("offload_param", eff.offload_param)),
+        ("zero_optimization.offload_optimizer.nvme_path", eff.nvme_path, opt("nvme_path", eff.nvme_path)),
+        ("zero_optimization.offload_param.nvme_path", eff.nvme_path, opt("nvme_path", eff.nvme_path)),
+        ("zero_optimization.stage3_gather_16bit_weights_on_model_save", bool(save_16bit_model),
+         "Accelerate's zero3_save_16bit_model: cookbook launch passes --zero3_save_16bit_model "
+         f"{str(bool(save_16bit_model)).lower()} (the run saves the final model with save_pretrained)"),
+    ]
+    hidden_paths = ("zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+                    "zero_optimization.stage3_param_persistence_threshold")
+    if any(is_auto(p) for p in hidden_paths):
+        try:
+            from .models import model_spec
+            spec = model_spec(str(eff.model))
+            h = spec.hidden_size
+            b = bucket_sizes(h)
+            m = opt("model", eff.model)
+            fills += [(hidden_paths[0], b["reduce_bucket_size"], f"hidden_size² = {h}² ({m})"),
+                      (hidden_paths[1], b["stage3_prefetch_bucket_size"], f"int(0.9 · hidden_size²) = int(0.9 · {h}²) ({m})"),
+                      (hidden_paths[2], b["stage3_param_persistence_threshold"], f"10 · hidden_size = 10 · {h} ({m})")]
+        except Exception as exc:  # noqa: BLE001 - the model cannot be read: say which keys need it
+            problems.append(Problem(
+                hidden_paths[0], f"the hidden-size keys are \"auto\" but the model's hidden size is unknown ({exc})",
+                f"give {label('model')} a shipped name, folder or config.json, or write numbers for "
+                + ", ".join(p.split('.')[-1] for p in hidden_paths if is_auto(p))))
+    if eff.nvme_path is None:
+        fills = [f for f in fills if not f[0].endswith(".nvme_path")]
+    for path, value, source in fills:
+        if is_auto(path):
+            parent, key = _node(cfg, path)
+            parent[key] = value
+            add(path, value, source, "auto")
+
+    # ---- D. explicit values against typed options (the Trainer's fill_match "mismatches") --------
+    for path, key, value in (("scheduler.params.warmup_max_lr", "lr", lr),
+                             ("scheduler.params.total_num_steps", "max_steps", max_steps),
+                             ("scheduler.params.warmup_num_steps", "warmup_steps", max(1, warm)),
+                             ("optimizer.params.weight_decay", "weight_decay", weight_decay),
+                             ("gradient_clipping", "max_grad_norm", max_grad_norm)):
+        if key not in stated or value is None or path in {r.path for r in rows if r.how != "kept"}:
+            continue
+        have = _value(config, path)
+        if isinstance(have, (int, float)) and not isinstance(have, bool) and float(have) != float(value):
+            disagree(path, have, key, value)
+    tb = cfg.get("train_batch_size")
+    if _fixed_int(tb) and int(tb) != mb * ga * world:
+        problems.append(Problem(
+            "train_batch_size", f"train_batch_size {_j(tb)} in {cname}, but micro batch {mb} × accumulation {ga} × "
+            f"world size {world} = {mb * ga * world} ({', '.join(_batch_sources(origin, stated, opt, mb, ga, world, cname))})",
+            f"set train_batch_size to \"auto\" (or {mb * ga * world}), or change the micro batch, accumulation or "
+            f"{label('num_gpus')} so that they multiply to {_j(tb)}"))
+
+    # ---- E. what nobody fills -------------------------------------------------------------------
+    told = {p.path for p in problems}
+    left = [p for p, v in _walk_leaves(cfg) if v == "auto" and p not in told]
+    for path in left:
+        problems.append(Problem(path, f"{path} is \"auto\", which neither the HF Trainer nor Accelerate fills, so "
+                                "cookbook launch cannot either", f"write a value for {path}"))
+    try:
+        from .env import plan_from_ds_config
+        eff = plan_from_ds_config(cfg, base=eff) if not problems else eff
+    except (PlanError, ValueError, TypeError) as exc:
+        problems.append(Problem("(config)", str(exc), "make the config's ZeRO, batch and precision values consistent"))
+    return Resolution(cfg, config, eff, tuple(rows), tuple(problems), cname)
+
+
+def _batch_sources(origin, stated, opt, mb, ga, world, cname) -> list[str]:
+    out = [f"micro batch from {cname}" if origin.get("micro_batch") else opt("micro_batch", mb),
+           f"accumulation from {cname}" if origin.get("grad_accum") else opt("grad_accum", ga),
+           opt("num_gpus", world)]
+    return out
+
+
+def _walk_leaves(node, prefix=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk_leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk_leaves(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, node
+
+
+def _j(value) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,7 +993,11 @@ def _build_for_cli(args):
         cfg = build_config(plan, args.target, lr=args.lr, warmup_steps=args.warmup_steps,
                            total_steps=args.total_steps, bf16_states=args.bf16_states)
     except (ConfigError, PlanError, ModelNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .plan import user_message
+        preset = (f"preset {args.preset}", f"the preset (not {args.preset})")
+        names = {"preset": "preset {}", "zero_stage": preset, "offload_optimizer": preset,
+                 "offload_param": preset}
+        print(f"error: {user_message(exc, args, names)}", file=sys.stderr)
         return 2
     return plan, cfg
 
@@ -546,6 +1031,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-__all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "MISSING", "auto_precision",
+__all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
+           "Resolution", "auto_precision", "resolve_config", "trainer_defaults",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
            "register", "stdout_to_stderr"]

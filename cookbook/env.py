@@ -195,8 +195,8 @@ class EnvReport:
 
     def __str__(self) -> str:
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
-        lines = [f"cookbook env — {self.verdict}" + (f" — plan: {self.plan.model}, {self.plan.num_gpus} GPU(s), "
-                                                     f"{self.plan.label}" if self.plan else "")]
+        lines = [f"cookbook env — {self.verdict}" + (f" — plan: {self.plan.model or 'no model'}, {self.plan.num_gpus} "
+                                                     f"GPU(s), {self.plan.label}" if self.plan else "")]
         for c in self.checks:
             lines.append(f"[{marks[c.status]}] {c.name}: {c.value}")
             if c.status != "ok" or c.reason:
@@ -624,6 +624,11 @@ def measure_allreduce(*, world_size: int | None = None, timeout_s: float = 60.0,
 # --------------------------------------------------------------------------------------------------
 # plan helpers
 # --------------------------------------------------------------------------------------------------
+#: The model of a plan built from a DeepSpeed config alone (``cookbook env --config ds.json`` without
+#: ``--model``): the checks that need the model (:data:`MODEL_CHECKS`) say so instead of guessing one.
+NO_MODEL = ""
+
+
 def _load_config(config: dict | str | os.PathLike) -> dict:
     if isinstance(config, dict):
         return config
@@ -1100,10 +1105,11 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     swap = facts.get("swap_gib")
     if total is None and plan is not None and plan.host_memory_gib:
         total = float(plan.host_memory_gib)  # the plan's --host-memory-gib when the facts do not say
-    if plan is None:
+    if plan is None or not plan.model:
         checks.append(Check("host_memory", "ok" if total else "warn",
                             f"{total:.1f} GiB RAM" if total else "unknown",
-                            "no plan given: pass --model ... (as for `cookbook estimate`) to compare with the plan's need"))
+                            "no plan given: pass --model ... (as for `cookbook estimate`) to compare with the plan's need"
+                            if plan is None else "the plan's host-RAM need depends on the model: pass --model NAME"))
     elif not total:
         checks.append(Check("host_memory", "warn", "unknown", "host_memory_gib not recorded"))
     else:
@@ -1173,9 +1179,12 @@ def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
                             f"cookbook env --nvme-path {path} on the machine"))
     else:
         checks.append(Check("nvme_path", "ok", f"{path} exists", "NVMe swap folder present"))
-    need = _nvme_bytes(plan)
+    need = _nvme_bytes(plan) if plan.model else None
     free = facts.get("disk_free_gib")
-    if need is None or free is None:
+    if not plan.model:
+        checks.append(Check("nvme_disk", "warn", f"free {free if free is not None else 'unknown'} GiB",
+                            "the size of the offloaded states depends on the model: pass --model NAME"))
+    elif need is None or free is None:
         checks.append(Check("nvme_disk", "warn", f"free {free if free is not None else 'unknown'} GiB",
                             "offloaded size or free disk unknown"))
     else:
@@ -1270,7 +1279,7 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
         PlanError: config unreadable or inconsistent with a plan; FactsError: malformed facts.
     """
     if config is not None:
-        plan = plan_from_ds_config(config, base=plan or Plan(), world_size=world_size)
+        plan = plan_from_ds_config(config, base=plan or Plan(model=NO_MODEL), world_size=world_size)
     if facts is None:
         facts = gather_facts(nvme_path=plan.nvme_path if plan else None, run_allreduce=run_allreduce)
     else:
@@ -1280,6 +1289,7 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
         checks.extend(rule(facts, plan))
     rec = recommended_env(facts, plan)
     checks.append(_check_recommended(facts, rec))
+    checks.extend(_model_check(plan))
     return EnvReport(checks=tuple(checks), facts=mask_secrets(facts), recommended_env=rec, plan=plan)
 
 
@@ -1291,10 +1301,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "env", help="check this machine (or a recorded facts file) for the traps of a ZeRO run",
         description="Check the machine for a planned run. The plan is optional: give it as for `cookbook estimate` "
-                    "(--model, --gpus, --zero-stage, --offload-*) or as --config DS.json --world-size N --model NAME. "
+                    "(--model, --gpus, --zero-stage, --offload-*) or as --config DS.json --world-size N [--model NAME] "
+                    "(without --model, every check that needs no model runs and the report names the others). "
                     "Exit code 1 when any check fails.")
     add_plan_arguments(p)
-    p.add_argument("--config", default=None, help="a DeepSpeed JSON config; with --model and --world-size")
+    p.add_argument("--config", default=None, help="a DeepSpeed JSON config; with --world-size (and --model for the "
+                                                  "memory checks)")
     p.add_argument("--world-size", type=int, default=None, help="ranks over all machines (with --config)")
     p.add_argument("--facts", default=None, help="evaluate the rules on a recorded facts file instead of this machine")
     p.add_argument("--dump-facts", default=None, metavar="FILE", help="write this machine's facts as JSON (secrets masked)")
@@ -1304,14 +1316,39 @@ def register(subparsers) -> None:
     p.set_defaults(func=_main)
 
 
+#: The checks that need the model (its parameter count): skipped, and named, without --model.
+MODEL_CHECKS = {"host_memory": "the plan's host-RAM need (the memory estimate)",
+                "nvme_disk": "the size of the states offloaded to NVMe"}
+
+
+def _model_check(plan: Plan | None) -> list[Check]:
+    if plan is None or plan.model:
+        return []
+    return [Check("model", "warn", "not given", "checks that need --model ran without it: "
+                  + "; ".join(f"{k} ({v})" for k, v in MODEL_CHECKS.items())
+                  + ". Every other check (versions, CUDA toolkit vs torch, Python headers, ninja, libaio for an "
+                  "NVMe config, NCCL variables) ran for the config", "add --model NAME (as for `cookbook estimate`)")]
+
+
 def _main(args) -> int:
     plan = None
-    if args.config is not None and not args.model:
-        raise PlanError("--config needs --model NAME (the model the config is for) and --world-size N")
-    if args.model:
+    if args.config is not None:
+        # the config decides ZeRO stage, offload, batch shape and precision; the world size is --world-size
+        # (or the config's own, when its batch numbers state one); without --model the checks that need the
+        # model say so (MODEL_CHECKS) and every other one runs
+        world = args.world_size if args.world_size is not None else args.num_gpus
+        if world is None:
+            from .lint import config_world_size
+            stated = config_world_size(_load_config(args.config))
+            if stated is None:
+                raise PlanError("--config needs --world-size N: the config does not state its world size "
+                                "(its train_batch_size is not micro batch × accumulation × N in numbers)")
+            world = stated[0]
+            print(f"world size {world}: from the config, {stated[1]}", file=sys.stderr)
+        base = plan_from_args(args, num_gpus=world, model=args.model or NO_MODEL)
+        plan = plan_from_ds_config(args.config, base=base)
+    elif args.model:
         plan = plan_from_args(args, num_gpus=args.world_size)
-        if args.config is not None:
-            plan = plan_from_ds_config(args.config, base=plan)
     try:
         if args.facts:
             facts = load_facts(args.facts)

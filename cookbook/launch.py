@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hardware import LIBAIO_PACKAGES, free_port, libaio_present, on_gpu_machine
-from .plan import Plan, PlanError
+from .hardware import free_port, on_gpu_machine
+from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, validate_inputs
 
 STATUSES = ("ok", "gpu_oom", "host_oom", "hang", "config_error", "failed", "dry_run")
@@ -458,21 +458,17 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
 
 # ----------------------------------------------------------------------------------------------
 
-def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16_states: bool,
+def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
            emulate_gpu_memory_gib: float | None) -> tuple[list, dict | None, list[str]]:
     """Lint findings, the estimate, and reasons to refuse the launch."""
     from .lint import lint
     refusals = []
-    # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so no "auto" value gets filled
-    # and a user's config is linted as it stands (the plan must not fill what DeepSpeed will not see)
-    findings = lint(ds_config, world_size=plan.world_size, mode="deepspeed", model=str(plan.model),
-                    plan=None if user_config else plan)
+    # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so DeepSpeed gets the config as it
+    # stands; a user's config arrives here already resolved (every "auto" filled from the plan). machine:
+    # what this machine decides (fp16 without a GPU, NVMe without libaio, this GPU's precision rules)
+    findings = lint(ds_config, world_size=plan.world_size, mode="deepspeed", model=str(plan.model), plan=plan,
+                    machine=True)
     findings = [f.to_dict() for f in findings]
-    if "nvme" in (plan.offload_optimizer, plan.offload_param):
-        if not libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
-            findings.append({"severity": "error", "path": "zero_optimization.offload_*.device",
-                             "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed",
-                             "fix": LIBAIO_PACKAGES})
     est = None
     try:
         from .memory import estimate
@@ -493,6 +489,19 @@ def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16
     return findings, est, refusals
 
 
+def stated_fields(plan: Plan, *, lr: float = 3e-3, max_steps: int = 40, warmup_steps: int | None = None) -> set[str]:
+    """The plan fields and training options a Python caller of :func:`launch` evidently set: those that differ
+    from the defaults of :class:`Plan` and of :func:`launch`. (A value set equal to its default cannot be told
+    apart; pass ``launch(stated=...)`` to be exact.)"""
+    import inspect
+    base = Plan()
+    out = {k for k, v in plan.to_dict().items() if v != getattr(base, k)}
+    defaults = inspect.signature(launch).parameters
+    out |= {k for k, v in (("lr", lr), ("max_steps", max_steps), ("warmup_steps", warmup_steps))
+            if v != defaults[k].default}
+    return out
+
+
 def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os.PathLike | None = None,
            max_steps: int = 40, lr: float = 3e-3, warmup_steps: int | None = None, save_steps: int = 0,
            resume: bool = False, dataset: str | None = None, tokenizer: str | None = None, seed: int = 1234,
@@ -500,7 +509,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            final_save: bool = True, force: bool = False, dry_run: bool = False, hang_timeout_s: float = 900.0,
            env: dict | None = None, progress: bool = True, raise_on_error: bool = False,
            startup_timeout_s: float | None = None, extra_args: tuple = (), main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
-           trust_remote_code: bool = False) -> RunResult:
+           trust_remote_code: bool = False, stated=None, names: dict | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -508,8 +517,15 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             ``plan.num_machines > 1`` runs every machine's command on this host (a rehearsal of a
             multi-machine launch over 127.0.0.1); on real machines use :func:`machine_commands`.
         output_dir: the run folder (configs, logs, metrics, summary, checkpoints, final model).
-        config: the user's DeepSpeed config (dict or JSON path), linted first; None builds one with
-            :func:`cookbook.dsconfig.build_config` (target ``accelerate``).
+        config: the user's DeepSpeed config (dict or JSON path); None builds one with
+            :func:`cookbook.dsconfig.build_config` (target ``accelerate``). Its ``"auto"`` values are filled
+            from the plan and the training options as the HF Trainer / Accelerate fill them
+            (:func:`cookbook.dsconfig.resolve_config`; the fill table is printed and kept in
+            ``details["filled"]``), its own values decide the ZeRO stage, offload, batch shape and
+            precision the caller did not state, and a value that disagrees with a stated one is a
+            ``config_error`` naming both. The run folder keeps ``ds_config.original.json`` (as given) beside
+            ``ds_config.json`` (resolved: what DeepSpeed reads) and ``ds_config.filled.json`` (the table).
+            Then the resolved config is linted like any other.
         max_steps, lr, warmup_steps, save_steps, resume, dataset, tokenizer, seed, bf16_states,
             verify_save, final_save: passed to the training entry (see ``cookbook train --help``).
         emulate_gpu_memory_gib: cap each rank's GPU memory (``torch.cuda.set_per_process_memory_fraction``)
@@ -523,6 +539,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         env: extra environment variables for the ranks (they win over recommendations).
         progress: show a tqdm bar of steps with loss and tokens/s.
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
+        stated: the plan fields and options (``lr``, ``max_steps``, ``warmup_steps``) the caller set on purpose,
+            which a config value may not override; default: :func:`stated_fields` (those that differ from the
+            defaults of :class:`Plan` and of this function). ``cookbook launch`` passes the options typed.
+        names: how messages name each field (``cookbook launch`` passes its flags); default: the Python names.
 
     Returns:
         :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error``.
@@ -535,35 +555,40 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                 emulate_gpu_memory_gib=emulate_gpu_memory_gib, verify_save=verify_save,
                 no_final_save=not final_save, trust_remote_code=trust_remote_code)
 
+    resolution = None
+
     def result(status, message, **kw) -> RunResult:
+        if resolution is not None and resolution.rows:
+            kw["details"] = dict(kw.get("details") or {}, filled=[
+                {"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows])
         r = RunResult(status=status, message=message, run_dir=str(run_dir), duration_s=time.time() - t_start, **kw)
         if raise_on_error:
             r.raise_for_status()
         return r
 
-    # 1. the user's config decides ZeRO stage, offload, batch shape and precision: the plan follows it
-    ds_config = None
+    # 1. the user's config: every "auto" filled from the plan as the HF Trainer / Accelerate fill it; its own
+    #    values decide what the user did not state, and disagree with what they did (an error naming both)
+    ds_config = resolution = None
     if config is not None:
-        if isinstance(config, dict):
-            ds_config = config
-        else:
-            from .lint import lint
-            report = lint(str(config), world_size=plan.world_size, mode="deepspeed", model=str(plan.model), plan=plan)
-            if not report.readable:
-                return result("config_error", f"{config}: cannot be used: "
-                              + "; ".join(f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error"),
-                              command="", findings=[f.to_dict() for f in report])
-            ds_config = json.loads(Path(config).read_text())
-        if not isinstance(ds_config, dict):
-            return result("config_error", f"config: a DeepSpeed config is a JSON object, got a {type(ds_config).__name__}",
-                          command="")
-        from .env import plan_from_ds_config
-        precision = None if (ds_config.get("bf16") or {}).get("enabled") or (ds_config.get("fp16") or {}).get("enabled") \
-            else "fp32"
-        try:
-            plan = plan_from_ds_config(ds_config, base=plan, precision=precision)
-        except (PlanError, ValueError, TypeError) as exc:
-            return result("config_error", f"config: {exc}", command="")
+        from .lint import lint
+        if stated is None:
+            stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
+        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=plan, stated=stated,
+                      names=names, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps,
+                      will_save_hf_model=final_save)
+        name = Path(config).name if not isinstance(config, dict) else "config"
+        if not report.readable:
+            return result("config_error", f"{name}: cannot be used: "
+                          + "; ".join(f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error"),
+                          command="", findings=[f.to_dict() for f in report])
+        resolution = report.resolved
+        if not resolution.ok:
+            return result("config_error", f"{name} cannot be filled for this run; nothing was launched:\n- "
+                          + "\n- ".join(f"{p.path}: {p.message} Fix: {p.fix}" for p in resolution.problems),
+                          command="", findings=[f.to_dict() for f in report])
+        if resolution.rows:
+            print(str(resolution), flush=True)
+        ds_config, plan = resolution.config, resolution.plan
     targs = train_argv(plan, run_dir, **opts) + list(extra_args)
 
     # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else
@@ -587,13 +612,17 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             return result("config_error", str(exc), command="")
 
     # 3. pre-launch guard: lint errors and the estimate
-    findings, est, refusals = _guard(plan, ds_config, user_config=config is not None, on_gpu=on_gpu,
+    findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib)
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
                          main_process_port=main_process_port)
     command = folder.command_text
+    if resolution is not None:  # the user's file beside the resolved ds_config.json that DeepSpeed reads
+        (run_dir / "ds_config.original.json").write_text(json.dumps(resolution.original, indent=2) + "\n")
+        fill = {"filled": [{"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows]}
+        (run_dir / "ds_config.filled.json").write_text(json.dumps(fill, indent=2) + "\n")
     if lint_errors:
         return result("config_error", "the DeepSpeed config has errors; nothing was launched:\n- "
                       + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors),
@@ -741,15 +770,20 @@ def _cli(args) -> int:
                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
                     gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines)
     except PlanError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {user_message(exc, args)}", file=sys.stderr)
         return 2
-    res = launch(plan, args.output_dir, config=getattr(args, "config", None), max_steps=args.max_steps, lr=args.lr,
-                 warmup_steps=args.warmup_steps, save_steps=args.save_steps, resume=args.resume,
-                 dataset=args.dataset, tokenizer=args.tokenizer, seed=args.seed, bf16_states=args.bf16_states,
-                 emulate_gpu_memory_gib=args.emulate_gpu_memory_gib, verify_save=args.verify_save,
-                 final_save=args.final_save, force=args.force, dry_run=getattr(args, "dry_run", False),
-                 hang_timeout_s=args.hang_timeout, startup_timeout_s=args.startup_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
-                 main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code)
+    # the options typed (a config value may override only a default) and the flags to name them by
+    stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
+    import contextlib
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        res = launch(plan, args.output_dir, config=getattr(args, "config", None), max_steps=args.max_steps, lr=args.lr,
+                     warmup_steps=args.warmup_steps, save_steps=args.save_steps, resume=args.resume,
+                     dataset=args.dataset, tokenizer=args.tokenizer, seed=args.seed, bf16_states=args.bf16_states,
+                     emulate_gpu_memory_gib=args.emulate_gpu_memory_gib, verify_save=args.verify_save,
+                     final_save=args.final_save, force=args.force, dry_run=getattr(args, "dry_run", False),
+                     hang_timeout_s=args.hang_timeout, startup_timeout_s=args.startup_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
+                     main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code,
+                     stated=stated, names=getattr(args, "_names", None))
     if args.json:
         print(json.dumps({"status": res.status, "message": res.message, "run_dir": res.run_dir,
                           "command": res.command, "duration_s": res.duration_s, "summary": res.summary,

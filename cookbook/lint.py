@@ -2,8 +2,13 @@
 
 ``lint(config_or_path, world_size=8, mode="accelerate", gpu="RTX 4090")`` returns a
 :class:`LintReport` (a list of :class:`Finding`: severity, JSON path, message, fix), rendered as a
-table in notebooks. ``cookbook lint CONFIG.json --world-size N`` is the same from a shell; exit code
-0: no errors, 1: errors, 2: the file cannot be read or parsed.
+table in notebooks. ``cookbook lint CONFIG.json [--world-size N]`` is the same from a shell; exit code
+0: no errors, 1: errors, 2: the file cannot be used (missing, not JSON, not a JSON object). Its default
+mode, ``launch``, reads the file as ``cookbook launch --config`` does: every ``"auto"`` filled from the
+plan options (:func:`cookbook.dsconfig.resolve_config`; same options and defaults as ``cookbook launch``),
+a config value that disagrees with a typed option an error naming both, then the resolved config checked
+as DeepSpeed sees it, with what this machine decides (:func:`_rule_machine`); ``--resolve -o FILE`` writes
+the resolved config. So a file is never "0 errors" in ``cookbook lint`` and refused by ``cookbook launch``.
 
 Rules (each names its source):
   1. parse: file, line, column and the likely cause (trailing comma, single quotes, Python
@@ -25,6 +30,13 @@ Rules (each names its source):
      CPU device, ``pin_memory`` with short host RAM, an NVMe parameter buffer too small.
   8. ZeRO-3 without ``stage3_gather_16bit_weights_on_model_save`` when an HF model is saved.
   9. wrong types and ranges (DeepSpeed's pydantic validation plus the top-level numbers).
+ 10. ``optimizer.params`` / ``scheduler.params`` keys the class DeepSpeed builds does not take (read off
+     the signatures of FusedAdam / DeepSpeedCPUAdam / torch.optim.* and ``runtime/lr_schedules.py``),
+     with a did-you-mean; unknown optimizer / scheduler types.
+ 11. bucket sizes far below the h² rule (under a tenth of it): more, smaller collectives.
+ Also in rule 7: NVMe optimizer offload with bf16 master weights / optimizer states (DeepSpeed 0.19.8
+ ``AssertionError`` in ``runtime/swap_tensor/utils.py``). With ``machine=True``: fp16 on a CPU rehearsal
+ without CPU fp16, NVMe without libaio.
 """
 from __future__ import annotations
 
@@ -41,7 +53,7 @@ from typing import Any
 from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
 
-MODES = ("deepspeed", "accelerate", "trainer")
+MODES = ("launch", "deepspeed", "accelerate", "trainer")
 ERROR, WARNING = "error", "warning"
 
 #: fp16 dynamic-loss-scaling keys (``precision_config.DeepSpeedFP16Config``); DeepSpeed's bf16
@@ -80,15 +92,22 @@ class LintReport(list):
 
     Attributes:
         source: the file linted, or ``None`` for a dict.
-        readable: False when the file is missing or does not parse as JSON (CLI exit code 2);
-            findings after the parse error, if any, come from a best-effort repaired text.
+        readable: False when the file is missing, does not parse as JSON, or is not a JSON object
+            (CLI exit code 2: it cannot be used); findings after a parse error, if any, come from a
+            best-effort repaired text.
+        resolved: in mode ``launch``, the :class:`cookbook.dsconfig.Resolution` (the config with every
+            ``"auto"`` filled, and the fill table); else None.
+        notes: lines about how the lint was run (e.g. where the world size came from).
     """
 
-    def __init__(self, findings=(), *, source: str | None = None, readable: bool = True):
+    def __init__(self, findings=(), *, source: str | None = None, readable: bool = True, resolved=None,
+                 notes: tuple = ()):
         order = {ERROR: 0, WARNING: 1}
         super().__init__(sorted(findings, key=lambda f: order.get(f.severity, 2)))
         self.source = source
         self.readable = readable
+        self.resolved = resolved
+        self.notes = tuple(notes)
 
     @property
     def errors(self) -> list[Finding]:
@@ -603,24 +622,69 @@ def _rule_batch(ctx: _Ctx) -> None:
     # micro batch (and maybe accumulation) only: DeepSpeed computes train_batch_size — consistent.
 
 
+def _auto_values(ctx: _Ctx) -> dict[str, str]:
+    """What the HF Trainer would write for each "auto" path (``HfTrainerDeepSpeedConfig``), as fix text:
+    numbers where the plan / model give them, the ``TrainingArguments`` default otherwise."""
+    from .dsconfig import bucket_sizes, trainer_defaults
+    td = trainer_defaults()
+    out = {
+        "gradient_clipping": f"{td['max_grad_norm']} (TrainingArguments.max_grad_norm)",
+        "optimizer.params.lr": "the peak learning rate, e.g. 2e-5",
+        "optimizer.params.betas": f"[{td['adam_beta1']}, {td['adam_beta2']}] (TrainingArguments.adam_beta1/adam_beta2)",
+        "optimizer.params.eps": f"{td['adam_epsilon']} (TrainingArguments.adam_epsilon)",
+        "optimizer.params.weight_decay": f"{td['weight_decay']} (TrainingArguments.weight_decay)",
+        "scheduler.params.warmup_min_lr": "0",
+        "scheduler.params.warmup_max_lr": "the peak learning rate (as optimizer.params.lr)",
+        "scheduler.params.warmup_num_steps": "the warm-up steps, at least 1",
+        "scheduler.params.total_num_steps": "the run's optimizer steps",
+        "fp16.enabled": "true for fp16 (GPUs before Ampere), else false",
+        "bf16.enabled": "true for bf16 (Ampere and newer), else false",
+        "zero_optimization.stage": "2 or 3",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": "true (save_pretrained then writes real weights)",
+        "zero_optimization.offload_optimizer.device": "\"cpu\", \"nvme\" or \"none\"",
+        "zero_optimization.offload_param.device": "\"cpu\", \"nvme\" or \"none\"",
+        "zero_optimization.offload_optimizer.nvme_path": "a folder on a local NVMe SSD",
+        "zero_optimization.offload_param.nvme_path": "a folder on a local NVMe SSD",
+    }
+    plan = ctx.plan
+    if plan is not None:
+        n = ctx.world_size or plan.world_size
+        out.update({"train_micro_batch_size_per_gpu": f"{plan.micro_batch} (the plan's micro batch)",
+                    "gradient_accumulation_steps": f"{plan.grad_accum} (the plan's accumulation)",
+                    "train_batch_size": f"{plan.micro_batch * plan.grad_accum * n} (micro batch {plan.micro_batch} × "
+                                        f"accumulation {plan.grad_accum} × world size {n})"})
+    else:
+        out.update({"train_micro_batch_size_per_gpu": "the micro batch per GPU",
+                    "gradient_accumulation_steps": "the accumulation steps",
+                    "train_batch_size": "micro batch × accumulation × world size (or delete it)"})
+    if ctx.spec is not None:
+        b = bucket_sizes(ctx.spec.hidden_size)
+        h = ctx.spec.hidden_size
+        out.update({f"zero_optimization.{k}": f"{v} ({ctx.spec.name}, hidden size {h})" for k, v in b.items()})
+    else:
+        out.update({"zero_optimization.reduce_bucket_size": "hidden_size² of the model (pass --model to get the number)",
+                    "zero_optimization.stage3_prefetch_bucket_size": "int(0.9 × hidden_size²) (pass --model)",
+                    "zero_optimization.stage3_param_persistence_threshold": "10 × hidden_size (pass --model)"})
+    return out
+
+
+def _auto_fix(ctx: _Ctx, paths: list[str]) -> str:
+    values = _auto_values(ctx)
+    parts = [f"{p}: {values.get(p, 'a value of your choice')}" for p in paths]
+    return ("write the value for each: " + "; ".join(parts)
+            + " — or let `cookbook launch --config` fill them from the plan (`cookbook lint --resolve` shows how)")
+
+
 def _rule_auto(ctx: _Ctx) -> None:
     autos = [p for p, v in _walk(ctx.cfg) if v == "auto"]
-    if not autos:
+    if not autos or ctx.mode == "launch":  # launch mode: the resolution reported every "auto" left
+        ctx.handled.update(autos)
         return
-    bucket_hint = ""
-    if ctx.spec is not None:
-        from .dsconfig import bucket_sizes
-        b = bucket_sizes(ctx.spec.hidden_size)
-        bucket_hint = (f"; for {ctx.spec.name} (hidden size {ctx.spec.hidden_size}): reduce_bucket_size "
-                       f"{b['reduce_bucket_size']}, stage3_prefetch_bucket_size {b['stage3_prefetch_bucket_size']}, "
-                       f"stage3_param_persistence_threshold {b['stage3_param_persistence_threshold']}")
     if ctx.mode == "deepspeed":
         ctx.add(ERROR, autos[0] if len(autos) == 1 else "(config)",
                 f"\"auto\" is filled only by Accelerate or the HF Trainer; plain deepspeed.initialize fails on "
                 f"top-level \"auto\" and silently drops it inside sections (DeepSpeed defaults apply). "
-                f"\"auto\" at: {', '.join(autos)}",
-                "replace each \"auto\" with a number (`cookbook config PRESET --target deepspeed` writes them)"
-                + bucket_hint)
+                f"\"auto\" at: {', '.join(autos)}", _auto_fix(ctx, autos))
         ctx.handled.update(autos)
         return
     # Accelerate (accelerate/utils/dataclasses.py DeepSpeedPlugin + accelerator.py _prepare_deepspeed)
@@ -678,7 +742,7 @@ def _rule_auto(ctx: _Ctx) -> None:
         ctx.add(ERROR, left[0] if len(left) == 1 else "(config)",
                 f"neither {who} these \"auto\" values: {', '.join(left)}" if ctx.mode == "trainer"
                 else f"{who} these \"auto\" values unfilled and raises ValueError at prepare(): {', '.join(left)}",
-                "replace them with numbers" + bucket_hint)
+                _auto_fix(ctx, left))
     ctx.handled.update(autos)
 
 
@@ -844,6 +908,21 @@ def _rule_offload(ctx: _Ctx) -> None:
                         f"largest tensor ({ctx.spec.largest_layer_params} / {ctx.world_size} = {need}); DeepSpeed "
                         "asserts 'More elements ... than buffer size' at the first swap",
                         f"set buffer_size to at least {need}")
+    # NVMe optimizer offload with bf16 master weights / optimizer states
+    off = zero.get("offload_optimizer")
+    bf16_key = "bf16" if "bf16" in ctx.cfg else "bfloat16"
+    bf16 = ctx.cfg.get(bf16_key)
+    if isinstance(off, dict) and off.get("device") == "nvme" and isinstance(bf16, dict) \
+            and bf16.get("enabled") in (True, "auto"):
+        on = [k for k in ("bf16_optimizer_states", "bf16_master_weights_and_grads") if bf16.get(k) is True]
+        if on:
+            ctx.add(ERROR, f"{bf16_key}.{on[0]}",
+                    f"{' and '.join(on)} with the optimizer offloaded to NVMe: DeepSpeed 0.19.8 stops at start with an "
+                    "AssertionError in runtime/swap_tensor/utils.py (assert dtype == self.dtype; ZeRO-3 builds its NVMe "
+                    "optimizer swapper for the bf16 master-weight dtype; seen on an H200)",
+                    f"set {bf16_key}.bf16_master_weights_and_grads and {bf16_key}.bf16_optimizer_states to false (fp32 "
+                    "states on NVMe), or set zero_optimization.offload_optimizer.device to \"cpu\" and keep the bf16 "
+                    "states")
     # pin_memory with short host RAM
     plan = ctx.plan
     pinned = [f"zero_optimization.{n}.pin_memory" for n in ("offload_optimizer", "offload_param")
@@ -979,29 +1058,226 @@ def _rule_types(ctx: _Ctx) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# rule 10: optimizer / scheduler params against the signatures DeepSpeed calls
+# ----------------------------------------------------------------------------------------------
+
+#: ``optimizer.params`` keys DeepSpeed's engine pops before it builds an Adam/AdamW optimizer
+#: (``runtime/engine.py`` ``_configure_basic_optimizer`` / ``get_optimizer_configuration``).
+ADAM_ENGINE_KEYS = ("adam_w_mode", "torch_adam", "fp32_optimizer_states")
+
+
+def _signature_keys(fn, skip: tuple) -> set[str]:
+    import inspect
+    return {n for n, p in inspect.signature(fn).parameters.items()
+            if n not in skip and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+@functools.lru_cache(maxsize=32)
+def optimizer_param_keys(type_name: str, cpu_optimizer: bool = False, torch_adam: bool = False):
+    """(accepted ``optimizer.params`` keys, the class DeepSpeed builds) for an optimizer ``type``.
+
+    Read off the signatures DeepSpeed 0.19.8 calls (``runtime/engine.py``, ``_configure_basic_optimizer``
+    and ``get_optimizer_configuration``): Adam/AdamW → ``DeepSpeedCPUAdam`` when the optimizer is offloaded
+    (``zero_use_cpu_optimizer``: device cpu or nvme), ``torch.optim.AdamW``/``Adam`` with ``torch_adam``,
+    else ``FusedAdam`` — plus the keys the engine pops first (:data:`ADAM_ENGINE_KEYS`; ``foreach`` with
+    ``torch_adam``) and less the ones it passes itself (``adamw_mode``, ``fp32_optimizer_states`` for CPU
+    Adam; ``adam_w_mode`` for FusedAdam); Lamb → ``FusedLamb``; Adagrad → ``DeepSpeedCPUAdagrad`` /
+    ``torch.optim.Adagrad``; Lion → ``DeepSpeedCPULion`` / ``FusedLion``; any other name → ``torch.optim.<type>``.
+    ``max_grad_norm`` is refused by the engine for every type. Returns ``(None, reason)`` for types whose
+    parameters are not checked (MuAdam/MuAdamW/MuSGD need ``mup``; Muon splits its keys) and
+    ``(None, None)`` for a type DeepSpeed does not know.
+    """
+    import torch
+    name = type_name.lower()
+    if name in ("adam", "adamw"):
+        if torch_adam:
+            cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+            return _signature_keys(cls, ("params",)) | set(ADAM_ENGINE_KEYS), f"torch.optim.{cls.__name__}"
+        if cpu_optimizer:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+            keys = _signature_keys(DeepSpeedCPUAdam, ("self", "model_params", "adamw_mode"))
+            return keys | set(ADAM_ENGINE_KEYS), "DeepSpeedCPUAdam"
+        from deepspeed.ops.adam import FusedAdam
+        return _signature_keys(FusedAdam, ("self", "params")) | set(ADAM_ENGINE_KEYS), "FusedAdam"
+    if name == "lamb":
+        from deepspeed.ops.lamb import FusedLamb
+        return _signature_keys(FusedLamb, ("self", "params")) - {"max_grad_norm"}, "FusedLamb"
+    if name == "adagrad":
+        if cpu_optimizer:
+            from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+            return _signature_keys(DeepSpeedCPUAdagrad, ("self", "model_params")), "DeepSpeedCPUAdagrad"
+        return _signature_keys(torch.optim.Adagrad, ("params",)), "torch.optim.Adagrad"
+    if name == "lion":
+        if cpu_optimizer:
+            from deepspeed.ops.lion import DeepSpeedCPULion
+            return _signature_keys(DeepSpeedCPULion, ("self", "model_params")), "DeepSpeedCPULion"
+        from deepspeed.ops.lion import FusedLion
+        return _signature_keys(FusedLion, ("self", "params")), "FusedLion"
+    if name in ("muadam", "muadamw", "musgd", "muon"):
+        return None, f"{type_name}'s parameters are not checked"
+    cls = getattr(torch.optim, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
+        return _signature_keys(cls, ("params",)), f"torch.optim.{type_name}"
+    return None, None
+
+
+@functools.lru_cache(maxsize=32)
+def scheduler_param_keys(type_name: str):
+    """(accepted ``scheduler.params`` keys, the class) for a scheduler ``type``: DeepSpeed's own
+    (``runtime/lr_schedules.py``, ``VALID_LR_SCHEDULES``) first, then ``torch.optim.lr_scheduler.<type>``
+    (``runtime/engine.py`` ``_scheduler_from_config``); ``(None, None)`` for an unknown type."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+    if type_name in lr_schedules.VALID_LR_SCHEDULES:
+        return _signature_keys(getattr(lr_schedules, type_name), ("self", "optimizer")), f"deepspeed {type_name}"
+    cls = getattr(torch.optim.lr_scheduler, type_name, None)
+    if isinstance(cls, type):
+        return _signature_keys(cls, ("self", "optimizer")), f"torch.optim.lr_scheduler.{type_name}"
+    return None, None
+
+
+def _optimizer_type_names() -> list[str]:
+    import torch
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+    spelled = {"Adam", "AdamW", "Lamb", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon"}
+    names = {n for n in spelled if n.lower() in DEEPSPEED_OPTIMIZERS}  # DeepSpeed matches them case-insensitively
+    names |= {n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+              and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"}
+    return sorted(names)
+
+
+def _rule_params(ctx: _Ctx) -> None:
+    cfg = ctx.cfg
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
+    off = zero.get("offload_optimizer")
+    cpu_opt = isinstance(off, dict) and off.get("device") in ("cpu", "nvme")
+    opt = cfg.get("optimizer")
+    if isinstance(opt, dict) and isinstance(opt.get("type"), str):
+        params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+        tname = opt["type"]
+        if "max_grad_norm" in params:
+            ctx.add(ERROR, "optimizer.params.max_grad_norm", "DeepSpeed's engine refuses max_grad_norm as an optimizer "
+                    "parameter (ValueError in _configure_basic_optimizer)",
+                    "delete optimizer.params.max_grad_norm and set the top-level \"gradient_clipping\" instead")
+        keys, cls = optimizer_param_keys(tname, cpu_opt, params.get("torch_adam") is True)
+        if keys is None and cls is None:
+            guess = _suggest_ci(tname, _optimizer_type_names())
+            ctx.add(ERROR, "optimizer.type", f"optimizer type {tname!r} is neither a DeepSpeed optimizer nor a "
+                    "torch.optim class; DeepSpeed fails at start (getattr(torch.optim, type))",
+                    f"did you mean {guess!r}?" if guess else "use AdamW (DeepSpeed's FusedAdam / DeepSpeedCPUAdam)")
+        elif keys is not None:
+            for key in params:
+                if key in keys or key == "max_grad_norm":
+                    continue
+                guess = _suggest(key, keys)
+                ctx.add(ERROR, f"optimizer.params.{key}",
+                        f"{cls} (what DeepSpeed builds for type {tname!r}"
+                        + (" with the optimizer offloaded" if cpu_opt and tname.lower() in ("adam", "adamw") else "")
+                        + f") takes no parameter {key!r}: TypeError at start. It takes: {', '.join(sorted(keys))}",
+                        f"did you mean {guess!r}? rename optimizer.params.{key}" if guess
+                        else f"delete optimizer.params.{key}")
+    sch = cfg.get("scheduler")
+    if isinstance(sch, dict) and isinstance(sch.get("type"), str):
+        params = sch.get("params") if isinstance(sch.get("params"), dict) else {}
+        keys, cls = scheduler_param_keys(sch["type"])
+        if keys is None:
+            from deepspeed.runtime.lr_schedules import VALID_LR_SCHEDULES
+            guess = _suggest_ci(sch["type"], VALID_LR_SCHEDULES)
+            ctx.add(ERROR, "scheduler.type", f"scheduler type {sch['type']!r} is neither a DeepSpeed schedule "
+                    f"({', '.join(VALID_LR_SCHEDULES)}) nor a torch.optim.lr_scheduler class: DeepSpeed asserts "
+                    "'DeepSpeed does not recognize LR scheduler' at start",
+                    f"did you mean {guess!r}?" if guess else "use WarmupDecayLR (linear warm-up and decay)")
+        else:
+            for key in params:
+                if key in keys:
+                    continue
+                guess = _suggest(key, keys)
+                ctx.add(ERROR, f"scheduler.params.{key}",
+                        f"{cls} takes no parameter {key!r}: TypeError at start. It takes: {', '.join(sorted(keys))}",
+                        f"did you mean {guess!r}? rename scheduler.params.{key}" if guess
+                        else f"delete scheduler.params.{key}")
+
+
+def _suggest_ci(name: str, candidates) -> str | None:
+    low = {c.lower(): c for c in candidates}
+    if name.lower() in low:
+        return low[name.lower()]
+    match = difflib.get_close_matches(name.lower(), list(low), n=1, cutoff=0.6)
+    return low[match[0]] if match else None
+
+
+# ----------------------------------------------------------------------------------------------
+# rule 11: bucket sizes against the h² rule
+# ----------------------------------------------------------------------------------------------
+
+#: "Far below" the h² rule: under this fraction of it (the LLaMA article's reduce_bucket_size 1e6 for
+#: h = 4096 is 1/16.8 of h² = 16777216).
+BUCKET_FAR_BELOW = 0.1
+
+
+def _rule_buckets(ctx: _Ctx) -> None:
+    zero = ctx.cfg.get("zero_optimization")
+    if ctx.spec is None or not isinstance(zero, dict) or ctx.stage in (None, 0):
+        return
+    from .dsconfig import bucket_sizes
+    h = ctx.spec.hidden_size
+    rule = bucket_sizes(h)
+    n = ctx.spec.num_params
+    checks = [("reduce_bucket_size", rule["reduce_bucket_size"], "gradient reduction")]
+    if ctx.stage == 3:
+        checks.append(("stage3_prefetch_bucket_size", rule["stage3_prefetch_bucket_size"], "parameter all-gather"))
+    else:
+        checks.append(("allgather_bucket_size", rule["reduce_bucket_size"], "all-gather of updated partitions"))
+    for key, want, what in checks:
+        value = zero.get(key)
+        path = f"zero_optimization.{key}"
+        if not _is_num(value) or value <= 0 or value >= BUCKET_FAR_BELOW * want or path in ctx.handled:
+            continue
+        many, few = -(-n // int(value)), -(-n // want)
+        ctx.add(WARNING, path,
+                f"{key} {int(value):,} elements is far below the h² rule for {ctx.spec.name} (hidden size {h}: "
+                f"{want:,}, as the HF Trainer fills \"auto\"): the {what} of {n:,} parameters goes out in about "
+                f"{many:,} collectives per pass instead of {few:,} — more, smaller collectives that use the "
+                "interconnect poorly and overlap less with compute (it saves only the bucket's memory, "
+                f"{(want - value) * 2 / 2**20:,.0f} MiB in 16-bit)",
+                f"set {key} to {want} (or \"auto\", filled from the model's hidden size)")
+
+
+# ----------------------------------------------------------------------------------------------
 # entry point
 # ----------------------------------------------------------------------------------------------
 
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
-         model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True) -> LintReport:
+         model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True,
+         stated=None, names: dict | None = None, lr: float = 3e-3, max_steps: int = 40,
+         warmup_steps: int | None = None, machine: bool = False) -> LintReport:
     """Check a DeepSpeed config (dict, JSON file path) before launch; never raises on bad configs.
 
     Args:
         config_or_path: the config dict, or a path to a JSON file.
         world_size: data-parallel world size (GPUs over all machines); default ``plan.world_size``.
-        mode: ``deepspeed`` (plain ``deepspeed.initialize``), ``accelerate`` or ``trainer``: decides
-            which ``"auto"`` values are filled (rule 3).
+        mode: who reads the config — ``launch`` (what ``cookbook launch --config`` does: every ``"auto"``
+            filled from the plan by :func:`cookbook.dsconfig.resolve_config`, then the result checked as
+            DeepSpeed sees it; the resolved config is ``report.resolved``), ``deepspeed`` (plain
+            ``deepspeed.initialize``: nothing filled), ``accelerate`` or ``trainer`` (which ``"auto"``
+            values they fill, rule 3).
         gpu: GPU name (``"RTX 4090"``) for the precision checks (rule 5).
         model: model name (:func:`cookbook.models.model_spec`) for bucket-size hints and buffer checks.
         plan: the intended run; fills micro batch / accumulation missing from the config, and its
-            ``host_memory_gib`` drives the ``pin_memory`` check.
+            ``host_memory_gib`` drives the ``pin_memory`` check. Mode ``launch`` resolves for it
+            (default: ``Plan(num_gpus=world_size, model=model)``).
         will_save_hf_model: an HF model will be saved (``save_pretrained``), and the model is an HF
             transformers model (rules 6 and 8).
+        stated, names, lr, max_steps, warmup_steps: mode ``launch`` only: the options the user typed, how to
+            name them, and the training options (see :func:`cookbook.dsconfig.resolve_config`).
+        machine: also check what this machine decides (what :func:`cookbook.launch.launch` checks before it
+            starts anything): fp16 where DeepSpeed's CPU accelerator has none, NVMe offload without libaio, and
+            the precision rules for this machine's GPU when ``gpu`` is not given.
 
     Returns:
-        :class:`LintReport` (errors first). A missing or unparseable file gives ``readable=False``
-        and a ``(file)`` finding; when the parse causes can be repaired, the rest of the rules run on
-        the repaired config too.
+        :class:`LintReport` (errors first). A missing or unparseable file, or one that is not a JSON object,
+        gives ``readable=False`` (it cannot be used) and a ``(file)``/``(top level)`` finding; when the
+        parse causes can be repaired, the rest of the rules run on the repaired config too.
 
     Raises:
         ValueError: ``mode`` or ``world_size`` itself is invalid (a caller error, not a config problem).
@@ -1032,76 +1308,265 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
     else:
         cfg = config_or_path
     if not isinstance(cfg, dict):
-        pre.append(Finding(ERROR, "(top level)", f"the config is a {type(cfg).__name__}, not a JSON object",
+        pre.append(Finding(ERROR, "(top level)", f"the config is a {type(cfg).__name__}, not a JSON object: it "
+                           "cannot be used (DeepSpeed, Accelerate and the HF Trainer read one object)",
                            'a DeepSpeed config is one object: {"train_micro_batch_size_per_gpu": 1, ...}'))
-        return LintReport(pre, source=source, readable=readable)
+        return LintReport(pre, source=source, readable=False)
+    resolved = None
+    if mode == "launch":
+        from .dsconfig import resolve_config
+        base = plan if plan is not None else Plan(num_gpus=world_size or 1, **({"model": model} if model else {}))
+        if world_size is not None and base.num_gpus != world_size:
+            base = base.replace(num_gpus=world_size, num_machines=1)
+        name = Path(source).name if source else "the config"
+        resolved = resolve_config(cfg, base, stated=stated, names=names, lr=lr, max_steps=max_steps,
+                                  warmup_steps=warmup_steps, save_16bit_model=will_save_hf_model, config_name=name)
+        pre.extend(Finding(ERROR, p.path, p.message, p.fix) for p in resolved.problems)
+        cfg = resolved.config
+        if resolved.plan is not None:
+            plan = resolved.plan
+            world_size = plan.world_size
+            model = model or str(plan.model)
     ctx = _Ctx(cfg, world_size, mode, gpu, model, plan, will_save_hf_model)
+    ctx.handled.update(f.path for f in pre)
     if (model or (plan and plan.model)) and ctx.spec is None:
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
                 "pass a shipped name (qwen-14b, llama-7b, ...) or a folder with config.json")
-    for rule in (_rule_types, _rule_auto, _rule_batch, _rule_keys, _rule_precision,
-                 _rule_activation_checkpointing, _rule_offload, _rule_save):
+    rules = [_rule_types, _rule_auto, _rule_batch, _rule_keys, _rule_precision, _rule_activation_checkpointing,
+             _rule_offload, _rule_save, _rule_params, _rule_buckets]
+    if machine:
+        rules.insert(0, _rule_machine)
+    for rule in rules:
         try:
             rule(ctx)
         except Exception as exc:  # noqa: BLE001 — a linter must not crash on odd input
             ctx.add(WARNING, "(linter)", f"check {rule.__name__[6:]} could not run on this config: "
                     f"{type(exc).__name__}: {exc}", "fix the errors above and lint again")
-    return LintReport(pre + ctx.findings, source=source, readable=readable)
+    findings = ctx.findings if not pre else [f for f in ctx.findings if f.path not in {p.path for p in pre}]
+    return LintReport(pre + findings, source=source, readable=readable, resolved=resolved)
+
+
+def cpu_fp16_supported() -> bool:
+    """Whether DeepSpeed's CPU accelerator computes in fp16 on this CPU (``deepspeed/accelerator/
+    cpu_accelerator.py`` ``is_fp16_supported``: ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``, true on
+    CPUs with AVX512-FP16/AMX-FP16). Without it ``engine._do_sanity_check`` raises "Type fp16 is not
+    supported on your device"."""
+    try:
+        import torch
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _machine_gpu() -> str | None:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver: no GPU
+        return None
+
+
+def _rule_machine(ctx: _Ctx) -> None:
+    """What this machine decides (the checks :func:`cookbook.launch.launch` makes before it starts)."""
+    cfg = ctx.cfg
+    gpu = _machine_gpu()
+    if ctx.gpu is None and gpu is not None:
+        ctx.gpu = gpu  # the precision rules (5) then speak of this machine's GPU
+    fp16 = cfg.get("fp16")
+    if gpu is None and isinstance(fp16, dict) and fp16.get("enabled") is True and not cpu_fp16_supported():
+        ctx.add(ERROR, "fp16.enabled", "fp16 on this machine, which has no NVIDIA GPU: the run is a CPU rehearsal and "
+                "DeepSpeed's CPU accelerator has no fp16 on this CPU; the engine raises 'Type fp16 is not supported "
+                "on your device' at start",
+                "set fp16.enabled to \"auto\" (filled from the precision: fp32 on a CPU) or to false, or "
+                "\"bf16\": {\"enabled\": true}")
+        ctx.handled.add("fp16.enabled")
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
+    nvme = [f"zero_optimization.{n}.device" for n in ("offload_optimizer", "offload_param")
+            if isinstance(zero.get(n), dict) and zero[n].get("device") == "nvme"]
+    if nvme:
+        from .hardware import LIBAIO_PACKAGES, libaio_present
+        if not libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
+            ctx.add(ERROR, nvme[0], "NVMe offload needs libaio (DeepSpeed's async_io op) and this machine does not "
+                    "have it", LIBAIO_PACKAGES)
 
 
 # ----------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------
 
+def _launch_defaults() -> dict:
+    """The defaults of ``cookbook launch``'s options (read off its parser), so that ``cookbook lint`` in
+    mode ``launch`` resolves exactly what ``cookbook launch --config`` would."""
+    import argparse
+
+    from .launch import _add_launch_arguments
+    p = argparse.ArgumentParser(add_help=False)
+    _add_launch_arguments(p, with_config=True)
+    return {a.dest: a.default for a in p._actions if a.dest != "help"}
+
+
+def config_world_size(cfg) -> tuple[int, str] | None:
+    """(world size, how) when a config states one: ``train_batch_size / (micro batch × accumulation)``
+    with all three numbers (DeepSpeed's ``train_batch_size = micro × accumulation × world size``)."""
+    if not isinstance(cfg, dict):
+        return None
+    tb, mb, ga = (cfg.get(k) for k in BATCH_KEYS)
+    if all(_is_int(v) and v > 0 for v in (tb, mb, ga)) and tb % (mb * ga) == 0:
+        return tb // (mb * ga), f"train_batch_size {tb} / (train_micro_batch_size_per_gpu {mb} × " \
+                                f"gradient_accumulation_steps {ga})"
+    return None
+
+
 def _run(args) -> int:
-    plan = None
-    if args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
-        if args.host_memory_gib is not None and not args.model:
-            print("error: --host-memory-gib needs --model (the host-RAM estimate depends on the model)",
-                  file=sys.stderr)
-            return 2
-        fields = {"num_gpus": args.world_size}
-        for name in ("micro_batch", "grad_accum", "host_memory_gib", "model"):
-            if getattr(args, name) is not None:
-                fields[name] = getattr(args, name)
-        try:
-            plan = Plan(**fields)
-        except PlanError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     from .dsconfig import stdout_to_stderr
+    from .plan import DEST_FIELDS, user_message
+    typed = getattr(args, "_typed", None)
+    if typed is None:  # called without cookbook.cli.main: every option given is typed
+        typed = {k: k for k, v in vars(args).items() if v is not None and not k.startswith("_")}
+    stated = {DEST_FIELDS.get(d, d) for d in typed}
+    names = getattr(args, "_names", None) or {}
+    if args.resolve and args.mode not in (None, "launch"):
+        print(f"error: --resolve fills the config as cookbook launch does; it needs --mode launch (the default), "
+              f"not --mode {args.mode}", file=sys.stderr)
+        return 2
+    mode = args.mode or "launch"
+    notes = []
+    world = args.world_size
+    if world is None:
+        try:
+            stated_world = config_world_size(json.loads(Path(args.config).read_text(encoding="utf-8-sig")))
+        except (OSError, ValueError):
+            stated_world = None  # the lint below reports an unreadable file
+        if stated_world:
+            world = stated_world[0]
+            notes.append(f"world size {world}: from the config, {stated_world[1]} (give --world-size to check "
+                         "another)")
+        elif mode == "launch":
+            world = _launch_defaults()["num_processes"]
+            notes.append(f"world size {world}: cookbook launch's default --num-processes (the config does not state "
+                         "one; give --world-size N)")
+    plan = None
+    try:
+        if mode == "launch":
+            d = _launch_defaults()
+            precision = args.precision
+            if precision is None and args.gpu:
+                from .dsconfig import auto_precision
+                cc = gpu_compute_capability(args.gpu)
+                precision = auto_precision(cc) if cc else None
+            if precision is None:
+                from .launch import default_precision
+                precision = default_precision()
+            fields = {k: d[k] if getattr(args, k) is None else getattr(args, k)
+                      for k in ("model", "micro_batch", "grad_accum", "zero_stage", "offload_optimizer", "offload_param")}
+            fields.update(num_gpus=world, precision=precision, nvme_path=args.nvme_path,
+                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"])
+            plan = Plan(**fields)
+        elif args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
+            if args.host_memory_gib is not None and not args.model:
+                print("error: --host-memory-gib needs --model (the host-RAM estimate depends on the model)",
+                      file=sys.stderr)
+                return 2
+            fields = {"num_gpus": world} if world else {}
+            for name in ("micro_batch", "grad_accum", "host_memory_gib", "model"):
+                if getattr(args, name) is not None:
+                    fields[name] = getattr(args, name)
+            plan = Plan(**fields)
+    except PlanError as exc:
+        print(f"error: {user_message(exc, args)}", file=sys.stderr)
+        return 2
+    opts = {}
+    if mode == "launch":
+        d = _launch_defaults()
+        opts = dict(stated=stated, names=names, lr=args.lr if args.lr is not None else d["lr"],
+                    max_steps=args.max_steps if args.max_steps is not None else d["max_steps"],
+                    warmup_steps=args.warmup_steps, machine=args.gpu is None)
     try:
         with stdout_to_stderr():
-            report = lint(args.config, world_size=args.world_size, mode=args.mode, gpu=args.gpu, model=args.model,
-                          plan=plan, will_save_hf_model=not args.no_save)
+            report = lint(args.config, world_size=world, mode=mode, gpu=args.gpu, model=args.model, plan=plan,
+                          will_save_hf_model=not args.no_save, **opts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    resolved = report.resolved
+    to_stdout = not (args.resolve and not args.output)  # --resolve alone: the JSON owns stdout
+    out = sys.stdout if to_stdout else sys.stderr
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        js = report.to_json()
+        js["notes"] = notes
+        if resolved is not None:
+            js["filled"] = [{"path": r.path, "value": r.value, "from": r.source} for r in resolved.rows]
+        print(json.dumps(js, indent=2, ensure_ascii=False), file=out)
     else:
-        print(f"{report.source}: {report}")
+        for note in notes:
+            print(note, file=out)
+        if resolved is not None and resolved.rows:
+            print(str(resolved), file=out)
+        print(f"{report.source}: {report}", file=out)
+    if args.resolve and resolved is not None:
+        if not resolved.ok:
+            print("the resolved config was not written: fix the errors above", file=sys.stderr)
+            return max(report.exit_code, 1)
+        text = json.dumps(resolved.config, indent=2) + "\n"
+        if args.output:
+            try:
+                Path(args.output).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                print(f"error: -o {args.output}: cannot be written ({exc.strerror}); create the folder first or pick "
+                      "another path", file=sys.stderr)
+                return 2
+            print(f"resolved config written to {args.output}", file=out)
+        else:
+            sys.stdout.write(text)
     return report.exit_code
 
 
 def register(subparsers) -> None:
-    """Add ``cookbook lint CONFIG.json --world-size N [--mode M] [--gpu NAME] [--model NAME] [--json]``."""
+    """Add ``cookbook lint CONFIG.json [--world-size N] [--mode M] [plan options] [--resolve [-o FILE]] [--json]``."""
+    from .plan import OFFLOAD_TARGETS, PRECISIONS, ZERO_STAGES
     p = subparsers.add_parser(
         "lint", help="check a DeepSpeed config before launch",
-        description="Check a DeepSpeed JSON config. Exit 0: no errors; 1: errors found; 2: unreadable file.")
+        description="Check a DeepSpeed JSON config. By default (--mode launch) the config is read as "
+                    "`cookbook launch --config` reads it: every \"auto\" filled from the plan options (the same "
+                    "options and defaults as cookbook launch), then checked as DeepSpeed sees it. --resolve writes "
+                    "the resolved config (-o FILE, else stdout) without launching. Exit 0: no errors; 1: errors "
+                    "found; 2: the file cannot be used (missing, not JSON, not a JSON object).")
     p.add_argument("config", help="DeepSpeed JSON config file")
-    p.add_argument("--world-size", type=int, required=True, help="GPUs over all machines (data-parallel world size)")
-    p.add_argument("--mode", choices=MODES, default="deepspeed",
-                   help="who reads the config: plain deepspeed.initialize, accelerate launch, or the HF Trainer")
-    p.add_argument("--gpu", default=None, help="GPU name, e.g. 'RTX 4090' (bf16 check)")
-    p.add_argument("--model", default=None, help="model (qwen-14b, llama-7b, ...) for bucket-size and buffer checks")
-    p.add_argument("--micro-batch", type=int, default=None, help="intended micro batch per GPU (if the config omits it)")
-    p.add_argument("--grad-accum", type=int, default=None, help="intended gradient accumulation steps")
+    p.add_argument("--world-size", "--num-processes", dest="world_size", type=int, default=None,
+                   help="GPUs over all machines (default: from the config when it states one, else cookbook "
+                        "launch's default)")
+    p.add_argument("--mode", choices=MODES, default=None,
+                   help="who reads the config: launch (cookbook launch: \"auto\" filled from the plan; the default), "
+                        "plain deepspeed.initialize, accelerate launch, or the HF Trainer")
+    p.add_argument("--gpu", default=None, help="GPU name, e.g. 'RTX 4090' (bf16 check; default: this machine's)")
+    p.add_argument("--model", default=None, help="model (qwen-14b, llama-7b, ...): hidden size for \"auto\" bucket "
+                                                 "sizes, buffer checks")
+    p.add_argument("--micro-batch", type=int, default=None, help="micro batch per GPU")
+    p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="bf16 / fp16 / fp32 (default as cookbook launch)")
+    p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=None, help="ZeRO stage (when the config says auto)")
+    p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default=None, help="optimizer states to cpu/nvme")
+    p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default=None, help="parameters to cpu/nvme")
+    p.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default as cookbook launch)")
+    p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (scheduler total_num_steps)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps (default: 5%% of --max-steps)")
     p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM per machine in GiB (pin_memory check)")
     p.add_argument("--no-save", action="store_true", help="no Hugging Face model will be saved (skip rules 6 and 8)")
-    p.add_argument("--json", action="store_true", help='print {"errors": [...], "warnings": [...]}')
+    p.add_argument("--resolve", action="store_true", help="write the config with every \"auto\" filled (to -o FILE, "
+                                                          "else stdout), without launching")
+    p.add_argument("-o", "--output", default=None, help="with --resolve: write the resolved JSON here")
+    p.add_argument("--json", action="store_true", help='print {"errors": [...], "warnings": [...], "filled": [...]}')
     p.set_defaults(func=_run)
 
 
 __all__ = ["Finding", "LintReport", "LintParseError", "MODES", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
-           "known_keys", "lint", "load_config", "register"]
+           "config_world_size", "cpu_fp16_supported", "known_keys", "lint", "load_config", "optimizer_param_keys",
+           "register", "scheduler_param_keys"]

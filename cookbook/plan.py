@@ -17,7 +17,68 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 
 
 class PlanError(ValueError):
-    """A plan field holds a value that cannot work; the message names field, value and fix."""
+    """A plan field holds a value that cannot work; the message names field, value and fix.
+
+    Raised with a *template* whose ``{field}`` placeholders name the plan fields involved, so that
+    one error reads in the words of whoever typed the value: ``str(exc)`` names the Python fields
+    (``num_gpus=0: ...; set num_gpus to 1 or more``), ``exc.render(names)`` the command-line flags
+    (``--num-processes 0: ...; set --num-processes to 1 or more``) or config paths. In a template,
+    ``{num_gpus}`` becomes the name with its value and ``{num_gpus.name}`` the name alone.
+    A plain message (no ``fields``) is used as is by both.
+    """
+
+    def __init__(self, message: str | None = None, *, template: str | None = None, fields: dict | None = None):
+        self.template = template
+        self.fields = dict(fields or {})
+        super().__init__(message if template is None else _render(template, self.fields, {}))
+
+    @classmethod
+    def about(cls, template: str, **fields) -> "PlanError":
+        """A templated error: ``PlanError.about("{micro_batch}: must be ...", micro_batch=0)``."""
+        return cls(template=template, fields=fields)
+
+    def render(self, names: dict | None = None) -> str:
+        """The message with each field named by ``names``: field -> a flag such as ``--micro-batch``, a
+        name such as ``micro_batch``, a label holding ``{}`` where the value goes (``zero_optimization.stage={}
+        in ds.json``), or a pair (how to show it with its value, how to name it alone). Fields missing from
+        ``names`` keep their own name."""
+        if self.template is None:
+            return str(self)
+        return _render(self.template, self.fields, names or {})
+
+
+def _show(value) -> str:
+    return "null" if value is None else str(value)
+
+
+class _Named:
+    """One field inside a :class:`PlanError` template (see :meth:`PlanError.render`)."""
+
+    def __init__(self, field: str, value, label):
+        self.field, self.value = field, value
+        if isinstance(label, tuple):  # (how to show it with its value, how to name it alone)
+            self.label, self._name = label
+        else:
+            self.label, self._name = label or field, None
+
+    @property
+    def name(self) -> str:
+        if self._name is not None:
+            return self._name
+        return self.label.split("{}")[0].rstrip("= ") if "{}" in self.label else self.label
+
+    def __format__(self, spec: str) -> str:
+        if "{}" in self.label:
+            return self.label.replace("{}", _show(self.value))
+        if self._name is not None:
+            return self.label
+        if self.label.startswith("-"):
+            return self.label if self.value is True else f"{self.label} {_show(self.value)}"
+        return f"{self.label}={self.value!r}"
+
+
+def _render(template: str, fields: dict, names: dict) -> str:
+    return template.format(**{f: _Named(f, v, names.get(f)) for f, v in fields.items()})
 
 
 @dataclass(frozen=True)
@@ -64,33 +125,40 @@ class Plan:
         for name in ("num_gpus", "seq_len", "micro_batch", "grad_accum", "num_machines"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PlanError(f"{name}={value!r}: must be a positive integer; set {name} to 1 or more")
+                raise PlanError.about(f"{{{name}}}: must be a positive integer; set {{{name}.name}} to 1 or more",
+                                      **{name: value})
         if not (isinstance(self.gpu_memory_gib, (int, float)) and self.gpu_memory_gib > 0):
-            raise PlanError(f"gpu_memory_gib={self.gpu_memory_gib!r}: must be a positive number of GiB (24 for an RTX 4090)")
+            raise PlanError.about("{gpu_memory_gib}: must be a positive number of GiB (24 for an RTX 4090)",
+                                  gpu_memory_gib=self.gpu_memory_gib)
         if self.host_memory_gib is not None and not (isinstance(self.host_memory_gib, (int, float)) and self.host_memory_gib > 0):
-            raise PlanError(f"host_memory_gib={self.host_memory_gib!r}: must be a positive number of GiB or None for unknown")
+            raise PlanError.about("{host_memory_gib}: must be a positive number of GiB, or left out for unknown",
+                                  host_memory_gib=self.host_memory_gib)
         if self.zero_stage not in ZERO_STAGES:
-            raise PlanError(f"zero_stage={self.zero_stage!r}: ZeRO has stages 0, 1, 2, 3; pick one of them")
+            raise PlanError.about("{zero_stage}: ZeRO has stages 0, 1, 2, 3; pick one of them", zero_stage=self.zero_stage)
         if self.precision not in PRECISIONS:
-            raise PlanError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}")
+            raise PlanError.about(f"{{precision}}: use one of {', '.join(PRECISIONS)}", precision=self.precision)
         for name in ("offload_optimizer", "offload_param"):
             value = getattr(self, name)
             if value not in OFFLOAD_TARGETS:
-                raise PlanError(f"{name}={value!r}: use one of {', '.join(OFFLOAD_TARGETS)}")
+                raise PlanError.about(f"{{{name}}}: use one of {', '.join(OFFLOAD_TARGETS)}", **{name: value})
         if self.offload_param != "none" and self.zero_stage != 3:
-            raise PlanError(
-                f"offload_param={self.offload_param!r} with zero_stage={self.zero_stage}: parameter offload "
-                "exists only in ZeRO stage 3; set zero_stage=3 or offload_param='none'")
+            raise PlanError.about(
+                "{offload_param} with {zero_stage}: parameter offload exists only in ZeRO stage 3; set "
+                "{zero_stage.name} to 3 or {offload_param.name} to none",
+                offload_param=self.offload_param, zero_stage=self.zero_stage)
         if self.offload_optimizer != "none" and self.zero_stage == 0:
-            raise PlanError(
-                f"offload_optimizer={self.offload_optimizer!r} with zero_stage=0: optimizer offload needs "
-                "ZeRO stage 1, 2 or 3; raise zero_stage")
+            raise PlanError.about(
+                "{offload_optimizer} with {zero_stage}: optimizer offload needs ZeRO stage 1, 2 or 3; raise "
+                "{zero_stage.name}", offload_optimizer=self.offload_optimizer, zero_stage=self.zero_stage)
         if "nvme" in (self.offload_optimizer, self.offload_param) and not self.nvme_path:
-            raise PlanError("nvme_path=None with an NVMe offload target: set nvme_path to a folder on a fast local SSD")
+            target = "offload_optimizer" if self.offload_optimizer == "nvme" else "offload_param"
+            raise PlanError.about(
+                f"{{{target}}} needs a folder: set {{nvme_path.name}} to a folder on a fast local SSD",
+                **{target: "nvme", "nvme_path": self.nvme_path})
         if self.num_gpus % self.num_machines:
-            raise PlanError(
-                f"num_gpus={self.num_gpus} is not divisible by num_machines={self.num_machines}: "
-                "num_gpus is the total world size; give the same number of ranks to every machine")
+            raise PlanError.about(
+                "{num_gpus} is not divisible by {num_machines}: {num_gpus.name} is the total world size; give "
+                "the same number of ranks to every machine", num_gpus=self.num_gpus, num_machines=self.num_machines)
 
     @property
     def world_size(self) -> int:
@@ -177,3 +245,66 @@ def plan_from_args(args, **defaults) -> Plan:
         if value is not None:
             fields[name] = value
     return Plan(**fields)
+
+
+# ----------------------------------------------------------------------------------------------
+# the user's words: which flag names a plan field in the command being run
+
+#: argparse destinations that hold a plan field under another name (``cookbook launch --num-processes``,
+#: ``cookbook config --gpus``, ``cookbook lint --world-size`` all set ``num_gpus``).
+DEST_FIELDS = {"num_processes": "num_gpus", "gpus": "num_gpus", "world_size": "num_gpus"}
+
+
+def _long_options(parser) -> dict[str, object]:
+    return {o: a for a in parser._actions for o in a.option_strings if o.startswith("--")}
+
+
+def typed_options(parser, argv) -> dict[str, str]:
+    """``{dest: option string as typed}`` for the options present in ``argv`` (``--opt value`` and
+    ``--opt=value``; argparse's unique-prefix abbreviations count as the full option). Used to tell an
+    option the user typed from a parser default, and to name it back as typed (``--gpus`` or
+    ``--num-processes``)."""
+    options = {o: a for a in parser._actions for o in a.option_strings}
+    longs = _long_options(parser)
+    out: dict[str, str] = {}
+    for token in argv or ():
+        if not isinstance(token, str) or not token.startswith("-") or token == "--":
+            if token == "--":
+                break
+            continue
+        name = token.split("=", 1)[0]
+        action = options.get(name)
+        if action is None and name.startswith("--"):
+            hits = [o for o in longs if o.startswith(name)]
+            if len({id(longs[o]) for o in hits}) == 1:
+                action, name = longs[hits[0]], hits[0]
+        if action is not None and action.dest not in out:
+            out[action.dest] = name
+    return out
+
+
+def option_names(parser, argv=()) -> dict[str, str]:
+    """``{plan field or dest: flag}``: the flag the user typed for it, else the parser's first long
+    option. Plan fields stored under another dest (:data:`DEST_FIELDS`) are named by that option."""
+    typed = typed_options(parser, argv)
+    names: dict[str, str] = {}
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs:
+            continue
+        flag = typed.get(action.dest, longs[0])
+        field = DEST_FIELDS.get(action.dest, action.dest)
+        for key in {action.dest, field}:
+            if key not in names or action.dest in typed:
+                names[key] = flag
+    return names
+
+
+def user_message(exc: Exception, args=None, names: dict | None = None) -> str:
+    """``exc`` in the words of the command being run: a :class:`PlanError` names the flags of
+    ``args`` (set by :func:`cookbook.cli.main`) or ``names``; any other exception is ``str(exc)``."""
+    if isinstance(exc, PlanError):
+        merged = dict(getattr(args, "_names", None) or {})
+        merged.update(names or {})
+        return exc.render(merged)
+    return str(exc)

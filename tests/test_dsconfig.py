@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -369,3 +370,211 @@ def test_cli_config_precision_from_gpu(capsys):
     assert cli.main(["config", "zero2", "--gpus", "1", "--micro-batch", "1", "--grad-accum", "1",
                      "--gpu", "RTX 4090"]) == 0
     assert json.loads(capsys.readouterr().out)["bf16"] == {"enabled": True}
+
+
+# ---------------------------------------------------------------- "auto" filled from the plan: the real templates
+
+TEMPLATES = Path(__file__).parent / "fixtures" / "templates"  # sources: fixtures/templates/SOURCES.md
+H = QWEN14B_H
+RUN_OPTIONS = dict(lr=2e-5, max_steps=1000, warmup_steps=30)
+TYPED = {"model", "num_gpus", "micro_batch", "lr", "max_steps", "warmup_steps"}
+
+
+def _template(name):
+    return json.loads((TEMPLATES / name).read_text())
+
+
+def _resolve(name, **plan_fields):
+    """Resolve a template for Qwen-14B on 8 GPUs, micro batch 2, as a user would type it."""
+    from cookbook.dsconfig import resolve_config
+    from cookbook.plan import Plan
+    fields = dict(model="qwen-14b", num_gpus=8, micro_batch=2, grad_accum=1, precision="bf16", zero_stage=3)
+    typed = set(TYPED)
+    for key, value in plan_fields.items():
+        fields[key] = value
+        typed.add(key)
+    return resolve_config(_template(name), Plan(**fields), stated=typed, config_name=name, **RUN_OPTIONS)
+
+
+def _trainer_fill(cfg, plan, num_training_steps=1000):
+    """The HF Trainer's own fill (HfTrainerDeepSpeedConfig) of a template, for the same run."""
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+    hf = HfTrainerDeepSpeedConfig(json.loads(json.dumps(cfg)))
+    args = _TrainerArgs(world_size=plan.world_size, per_device_train_batch_size=plan.micro_batch,
+                        gradient_accumulation_steps=plan.grad_accum, bf16=plan.precision == "bf16",
+                        fp16=plan.precision == "fp16", learning_rate=RUN_OPTIONS["lr"],
+                        warmup_steps=RUN_OPTIONS["warmup_steps"])
+    hf.trainer_config_process(args)
+    hf.trainer_config_finalize(args, _ModelWithConfig(H), num_training_steps=num_training_steps)
+    return hf.config
+
+
+def _leaves(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        p = f"{prefix}.{k}" if prefix else k
+        out.update(_leaves(v, p) if isinstance(v, dict) else {p: v})
+    return out
+
+
+# hand-computed for Qwen-14B (h = 5120), 8 GPUs, micro batch 2: h² = 26214400, int(0.9·h²) = 23592960, 10·h = 51200
+ACCELERATE_EXPECTED = {  # fp16 and accumulation 1 are fixed by Accelerate's templates
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 2 * 1 * 8,
+    "gradient_clipping": 1.0, "optimizer.params.lr": 2e-5, "optimizer.params.weight_decay": 0.0,
+    "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": 2e-5,
+    "scheduler.params.warmup_num_steps": 30, "scheduler.params.total_num_steps": 1000, "fp16.enabled": True,
+    "zero_optimization.reduce_bucket_size": H * H}
+ACCELERATE_Z3 = {"zero_optimization.stage3_prefetch_bucket_size": 23592960,
+                 "zero_optimization.stage3_param_persistence_threshold": 10 * H,
+                 "zero_optimization.stage3_gather_16bit_weights_on_model_save": True}
+LLAMAFACTORY_EXPECTED = {  # batch, clipping and precision "auto"; no optimizer/scheduler block
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "train_batch_size": 2 * 4 * 8,
+    "gradient_clipping": 1.0, "fp16.enabled": False, "bf16.enabled": True,
+    "scheduler.type": "WarmupDecayLR", "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": 2e-5,
+    "scheduler.params.warmup_num_steps": 30, "scheduler.params.total_num_steps": 1000}
+LLAMAFACTORY_Z3 = {"zero_optimization.reduce_bucket_size": H * H,
+                   "zero_optimization.stage3_prefetch_bucket_size": 23592960,
+                   "zero_optimization.stage3_param_persistence_threshold": 10 * H}
+
+TEMPLATE_CASES = {
+    # name: (extra typed plan fields, expected resolved values, expected plan (stage, offload opt, offload param, precision))
+    "accelerate_zero_stage2_config.json": ({}, dict(ACCELERATE_EXPECTED, **{
+        "zero_optimization.allgather_bucket_size": 2e8, "optimizer.params.torch_adam": True}), (2, "none", "none", "fp16")),
+    "accelerate_zero_stage3_config.json": ({}, dict(ACCELERATE_EXPECTED, **ACCELERATE_Z3), (3, "none", "none", "fp16")),
+    "accelerate_zero_stage3_offload_config.json": ({}, dict(ACCELERATE_EXPECTED, **ACCELERATE_Z3, **{
+        "zero_optimization.offload_optimizer.device": "cpu", "zero_optimization.offload_param.device": "cpu"}),
+        (3, "cpu", "cpu", "fp16")),
+    "llamafactory_ds_z2_config.json": ({"grad_accum": 4, "precision": "bf16"}, dict(LLAMAFACTORY_EXPECTED, **{
+        "zero_optimization.reduce_bucket_size": 5e8}), (2, "none", "none", "bf16")),
+    "llamafactory_ds_z3_config.json": ({"grad_accum": 4, "precision": "bf16"}, dict(LLAMAFACTORY_EXPECTED,
+                                                                                    **LLAMAFACTORY_Z3), (3, "none", "none", "bf16")),
+    "llamafactory_ds_z3_offload_config.json": ({"grad_accum": 4, "precision": "bf16"}, dict(
+        LLAMAFACTORY_EXPECTED, **LLAMAFACTORY_Z3, **{"zero_optimization.offload_optimizer.device": "cpu",
+                                                       "zero_optimization.offload_param.device": "cpu"}),
+        (3, "cpu", "cpu", "bf16")),
+    "transformers_docs_zero3.json": ({"grad_accum": 4, "precision": "bf16"}, dict(
+        {k: v for k, v in LLAMAFACTORY_EXPECTED.items() if k not in ("train_batch_size", "fp16.enabled",
+                                                                      "gradient_clipping")},
+        **LLAMAFACTORY_Z3, **{"zero_optimization.offload_optimizer.device": "cpu"}), (3, "cpu", "cpu", "bf16")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
+def test_templates_resolve_value_by_value(name):
+    typed, expected, (stage, opt, param, precision) = TEMPLATE_CASES[name]
+    res = _resolve(name, **typed)
+    assert res.ok, res.problems
+    got = _leaves(res.config)
+    for path, want in expected.items():
+        assert got[path] == want and type(got[path]) is type(want), (path, got.get(path), want)
+    assert "auto" not in json.dumps(res.config)
+    assert (res.plan.zero_stage, res.plan.offload_optimizer, res.plan.offload_param, res.plan.precision) == \
+        (stage, opt, param, precision)
+    assert (res.plan.micro_batch, res.plan.world_size) == (2, 8)
+    # every "auto" of the template has a row saying where its value came from, and the original is untouched
+    autos = {p for p, v in _leaves(_template(name)).items() if v == "auto"}
+    assert autos == {r.path for r in res.rows if r.how == "auto"}
+    assert res.original == _template(name)
+    assert all(r.source for r in res.rows)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
+def test_templates_resolve_as_the_hf_trainer_fills_them(name):
+    """Key by key, what we fill equals what transformers' HfTrainerDeepSpeedConfig fills for the same run."""
+    typed, _, _ = TEMPLATE_CASES[name]
+    res = _resolve(name, **typed)
+    trainer = _leaves(_trainer_fill(_template(name), res.plan))
+    ours = _leaves(res.config)
+    filled_by_trainer = [p for p, v in _leaves(_template(name)).items() if v == "auto" and trainer[p] != "auto"]
+    assert filled_by_trainer
+    for path in filled_by_trainer:
+        assert ours[path] == trainer[path], (path, ours[path], trainer[path])
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_CASES))
+def test_resolved_templates_pass_deepspeeds_parser(ds_dist, name):
+    from deepspeed.runtime.config import DeepSpeedConfig
+    typed, _, (stage, opt, param, precision) = TEMPLATE_CASES[name]
+    res = _resolve(name, **typed)
+    parsed = DeepSpeedConfig(res.config, mpu=_DataParallelMPU(8))
+    ga = res.plan.grad_accum
+    assert parsed.world_size == 8
+    assert (parsed.train_micro_batch_size_per_gpu, parsed.gradient_accumulation_steps) == (2, ga)
+    assert parsed.train_batch_size == 2 * ga * 8
+    assert parsed.zero_optimization_stage == stage
+    assert parsed.bfloat16_config.enabled is (precision == "bf16")
+    assert parsed.float16_config.enabled is (precision == "fp16")
+    off = parsed.zero_config.offload_optimizer
+    assert (str(getattr(off.device, "value", off.device)) if off else "none") == opt
+
+
+def test_config_value_against_typed_option_is_an_error_naming_both():
+    # Accelerate's template fixes gradient_accumulation_steps 1 and fp16; the user typed other values
+    res = _resolve("accelerate_zero_stage3_offload_config.json", grad_accum=4, precision="bf16")
+    assert not res.ok
+    msgs = {p.path: p for p in res.problems}
+    ga = msgs["gradient_accumulation_steps"]
+    assert "is 1 in accelerate_zero_stage3_offload_config.json" in ga.message and "grad_accum=4" in ga.message
+    assert '"auto"' in ga.fix and "4" in ga.fix
+    fp = msgs["fp16.enabled"]
+    assert "precision='bf16'" in fp.message and "to false" in fp.fix
+    # with the command's flags as names
+    from cookbook.dsconfig import resolve_config
+    from cookbook.plan import Plan
+    res = resolve_config({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}},
+                         Plan(micro_batch=4), stated={"micro_batch"}, names={"micro_batch": "--micro-batch"},
+                         config_name="ds.json")
+    assert res.problems[0].message == ("train_micro_batch_size_per_gpu is 2 in ds.json, but --micro-batch 4 was "
+                                       "given: the two disagree")
+    assert res.problems[0].fix.startswith("drop --micro-batch (the config decides)")
+
+
+def test_config_values_win_over_options_not_typed():
+    from cookbook.dsconfig import resolve_config
+    from cookbook.plan import Plan
+    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+    res = resolve_config(cfg, Plan(model="qwen-14b", micro_batch=4, zero_stage=3), names={"num_gpus": "--num-processes"})
+    assert res.ok, res.problems
+    # world size stated by the config: 64 / (2 × 4) = 8
+    assert (res.plan.world_size, res.plan.micro_batch, res.plan.grad_accum, res.plan.zero_stage) == (8, 2, 4, 2)
+    kept = {r.path: r for r in res.rows if r.how == "kept"}
+    assert "(world size)" in kept and "--num-processes 1 (default)" in kept["(world size)"].source
+    assert kept["zero_optimization.stage"].value == 2
+    # the scheduler the config lacked peaks at the config's own learning rate, not the default option's
+    assert res.config["scheduler"]["params"]["warmup_max_lr"] == 1e-5 and kept["optimizer.params.lr"].value == 1e-5
+    # the HF Trainer's mismatch rule for an explicit value against a typed option
+    res = resolve_config(cfg, Plan(model="qwen-14b", num_gpus=8), stated={"lr"}, lr=3e-4)
+    assert [p.path for p in res.problems] == ["optimizer.params.lr"]
+
+
+def test_unfillable_auto_and_missing_model():
+    from cookbook.dsconfig import resolve_config
+    from cookbook.plan import Plan
+    cfg = {"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_type": "auto"}}}
+    res = resolve_config(cfg, Plan(model="no-such-model"), names={"model": "--model"})
+    paths = {p.path: p for p in res.problems}
+    assert "neither the HF Trainer nor Accelerate fills" in paths["scheduler.params.warmup_type"].message
+    assert "--model" in paths["zero_optimization.reduce_bucket_size"].fix
+
+
+def test_nvme_with_bf16_states_refused_by_the_builder():
+    with pytest.raises(ConfigError, match=r"assert dtype == self.dtype"):
+        build_config(_plan("zero3-nvme"), bf16_states=True)
+    build_config(_plan("zero3-offload"), bf16_states=True)  # CPU offload keeps bf16 states
+
+
+def test_refusals_name_the_flags_typed(capsys):
+    assert cli.main(["config", "zero3", "--gpus", "0", "--micro-batch", "1", "--grad-accum", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus 0" in err and "num_gpus" not in err
+    assert cli.main(["config", "zero3", "--gpus", "2", "--micro-batch", "1", "--grad-accum", "1", "--bf16-states",
+                     "--precision", "fp16"]) == 2
+    err = capsys.readouterr().err
+    assert "--bf16-states with --precision fp16" in err and "bf16_states" not in err
+    assert cli.main(["config", "zero3-nvme", "--gpus", "2", "--micro-batch", "1", "--grad-accum", "1"]) == 2
+    assert "--nvme-path is not set" in capsys.readouterr().err
+    assert cli.main(["config", "zero3", "--gpus", "2", "--micro-batch", "1", "--grad-accum", "1", "--lr", "-1"]) == 2
+    assert "--lr -1.0: must be a number > 0.0" in capsys.readouterr().err

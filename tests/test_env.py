@@ -366,3 +366,32 @@ def test_recorded_h200x2_facts_reproduce_their_verdicts():
     assert got["allreduce"] == "ok" and "P2P on" in r["allreduce"].reason
     assert r.recommended_env == {}
     assert [c.name for c in r.failed] == ["deepspeed"]
+
+
+def test_cli_config_without_model_runs_the_checks_that_need_none(tmp_path, capsys):
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt/nvme"},
+                                 "offload_param": {"device": "nvme", "nvme_path": "/mnt/nvme"}},
+           "train_micro_batch_size_per_gpu": "auto"}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    code = cli_main(["env", "--facts", str(FACTS / "nvme_no_libaio.json"), "--config", str(path), "--world-size", "1"])
+    out = capsys.readouterr().out
+    assert code == 1  # libaio missing for the NVMe config
+    names = {line.split("]")[1].split(":")[0].strip() for line in out.splitlines() if line.startswith("[")}
+    assert {"torch", "deepspeed", "cuda_toolkit", "build_tools", "nccl_env", "libaio", "nvme_path"} <= names
+    assert "[FAIL] libaio" in out
+    assert "[WARN] model: not given" in out and "host_memory" in out and "nvme_disk" in out and "--model" in out
+    assert "no model" in out.splitlines()[0]
+    # the same through the Python API
+    r = env.check(facts=facts("nvme_no_libaio"), config=cfg, world_size=1)
+    assert r["model"].status == "warn" and r["libaio"].status == "fail" and "--model" in r["host_memory"].reason
+    # no --world-size: from the config when it states one, else a refusal naming the flag
+    cfg.update(train_batch_size=16, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=4)
+    path.write_text(json.dumps(cfg))
+    cli_main(["env", "--facts", str(FACTS / "nvme_no_libaio.json"), "--config", str(path)])
+    cap = capsys.readouterr()
+    assert "world size 2: from the config" in cap.err and "2 GPU(s)" in cap.out
+    del cfg["train_batch_size"]
+    path.write_text(json.dumps(cfg))
+    assert cli_main(["env", "--facts", str(FACTS / "nvme_no_libaio.json"), "--config", str(path)]) == 2
+    assert "--config needs --world-size N" in capsys.readouterr().err

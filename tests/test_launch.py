@@ -74,24 +74,118 @@ def test_estimate_over_memory_refused_unless_forced(tmp_path):
     assert dry.status == "dry_run" and "host RAM" in dry.message
 
 
-def test_user_config_decides_the_run_and_is_linted_as_deepspeed_sees_it(tmp_path):
+def test_user_config_decides_what_was_not_stated_and_refuses_what_disagrees(tmp_path):
     cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(cfg))
-    res = launch(plan(zero_stage=3), tmp_path / "run", config=str(path), dry_run=True, progress=False)
+    # nothing stated: the config decides the ZeRO stage, offload, batch shape (and so the world size, 32 / (2 × 8))
+    res = launch(plan(zero_stage=3), tmp_path / "run", config=str(path), dry_run=True, progress=False, stated=())
     assert res.status == "dry_run", res.message
     assert "--zero-stage 2" in res.command and "--offload-optimizer cpu" in res.command
     assert "--micro-batch 2" in res.command and "--grad-accum 8" in res.command and "--precision fp32" in res.command
-    # batch sizes left to "auto" are never filled: cookbook.train gives Accelerate no dataloader
+    assert {r["path"] for r in res.details["filled"] if r["how"] == "kept"} >= {
+        "zero_optimization.stage", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+    # from Python, plan fields set away from their defaults are stated: the config disagrees -> refused, naming both
+    res = launch(plan(zero_stage=3), tmp_path / "run1", config=str(path), dry_run=True, progress=False)
+    assert res.status == "config_error"
+    assert "zero_optimization.stage is 2 in ds.json, but zero_stage=3 was given" in res.message
+    assert "train_micro_batch_size_per_gpu is 2 in ds.json, but micro_batch=4" in res.message
+    assert not (tmp_path / "run1" / "ds_config.json").exists()
+    # batch sizes the config leaves out are filled from the plan (as the Trainer's data loader would)
     del cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"]
+    cfg["gradient_accumulation_steps"] = 1
     path.write_text(json.dumps(cfg))
-    res = launch(plan(), tmp_path / "run2", config=str(path), dry_run=True, progress=False)
-    assert res.status == "config_error" and "train_micro_batch_size_per_gpu" in res.message
+    res = launch(plan(), tmp_path / "run2", config=str(path), dry_run=True, progress=False, stated={"micro_batch"})
+    assert res.status == "dry_run", res.message
+    run = Path(res.run_dir)
+    ds = json.loads((run / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == 4 and "train_batch_size" not in ds
+    assert json.loads((run / "ds_config.original.json").read_text()) == cfg
     path.write_text("[1, 2]")
     res = launch(plan(), tmp_path / "run3", config=str(path), dry_run=True, progress=False)
-    assert res.status == "config_error"
+    assert res.status == "config_error" and "cannot be used" in res.message
+
+
+TEMPLATES = Path(__file__).parent / "fixtures" / "templates"  # sources: fixtures/templates/SOURCES.md
+
+
+def test_template_filled_in_the_run_folder_beside_the_original(tmp_path, capsys):
+    src = TEMPLATES / "llamafactory_ds_z3_offload_config.json"
+    res = launch(plan(micro_batch=2), tmp_path / "run", config=str(src), dry_run=True, progress=False,
+                 max_steps=10, stated={"micro_batch", "num_gpus", "max_steps"})
+    assert res.status == "dry_run", res.message
+    printed = capsys.readouterr().out
+    assert "filled for this run" in printed and "hidden_size² = 64²" in printed
+    run = Path(res.run_dir)
+    assert json.loads((run / "ds_config.original.json").read_text()) == json.loads(src.read_text())
+    ds = json.loads((run / "ds_config.json").read_text())
+    # tiny-qwen2: h = 64; micro 2 × accumulation 1 × 2 ranks; 10 steps, warm-up 5% -> max(1, 0) = 1
+    assert ds["train_batch_size"] == 4 and ds["gradient_clipping"] == 1.0
+    assert ds["zero_optimization"]["reduce_bucket_size"] == 64 * 64
+    assert ds["zero_optimization"]["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64) == 3686
+    assert ds["zero_optimization"]["stage3_param_persistence_threshold"] == 640
+    assert ds["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 3e-3, "warmup_num_steps": 1,
+                                         "total_num_steps": 10, "warmup_type": "linear"}
+    filled = json.loads((run / "ds_config.filled.json").read_text())["filled"]
+    assert {r["path"] for r in filled if r["how"] == "auto"} == {
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+        "fp16.enabled", "bf16.enabled", "zero_optimization.reduce_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold"}
+    cfg = yaml.safe_load((run / "accelerate.yaml").read_text())
+    assert cfg["deepspeed_config"]["deepspeed_config_file"] == str(run / "ds_config.json")
+
+
+def test_cli_conflict_names_the_flag_and_the_key(tmp_path):
+    src = TEMPLATES / "accelerate_zero_stage3_offload_config.json"
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "launch", "--config", str(src), "--grad-accum", "4",
+                          "--dry-run", "--output-dir", str(tmp_path / "r"), "--no-progress"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert ("gradient_accumulation_steps is 1 in accelerate_zero_stage3_offload_config.json, but --grad-accum 4 "
+            "was given") in out.stdout
+    assert 'set gradient_accumulation_steps to "auto"' in out.stdout and "grad_accum" not in out.stdout
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "launch", "--num-processes", "0", "--dry-run",
+                          "--output-dir", str(tmp_path / "r")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--num-processes 0" in out.stderr and "num_gpus" not in out.stderr
+
+
+def test_fp16_on_a_cpu_rehearsal_refused_before_launch(tmp_path):
+    from cookbook.launch import on_gpu_machine
+    from cookbook.lint import cpu_fp16_supported
+    if on_gpu_machine() or cpu_fp16_supported():
+        pytest.skip("this machine computes in fp16")
+    res = launch(plan(micro_batch=2), tmp_path / "run", config=str(TEMPLATES / "accelerate_zero_stage3_offload_config.json"),
+                 progress=False, stated={"micro_batch"})
+    assert res.status == "config_error" and "Type fp16 is not supported on your device" in res.message
+    assert 'fp16.enabled to "auto"' in res.message
+    assert not (Path(res.run_dir) / "logs").exists()
+
+
+def test_nvme_with_bf16_states_refused_before_launch(tmp_path):
+    nv = str(tmp_path / "nv")
+    p = plan(zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path=nv, precision="bf16")
+    res = launch(p, tmp_path / "run", bf16_states=True, progress=False, force=True)
+    assert res.status == "config_error" and "assert dtype == self.dtype" in res.message
+    assert "--bf16-states" not in res.message and "bf16_states" in res.message  # Python's words from Python
+    cfg = {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True, "bf16_master_weights_and_grads": True,
+                                                          "bf16_optimizer_states": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": nv}}}
+    res = launch(p, tmp_path / "run2", config=cfg, progress=False, force=True, stated=())
+    assert res.status == "config_error" and "assert dtype == self.dtype" in res.message
+    assert not (tmp_path / "run2" / "logs").exists() and not (tmp_path / "nv").exists()
+
+
+@pytest.mark.parametrize("name", ["llamafactory_ds_z2_config.json", "transformers_docs_zero3_nvme.json",
+                                  "accelerate_zero_stage2_config.json"])
+def test_lint_and_launch_agree(tmp_path, name, capsys):
+    from cookbook import cli
+    src = str(TEMPLATES / name)
+    code = cli.main(["lint", src])
+    capsys.readouterr()
+    res = launch(plan(), tmp_path / "run", config=src, dry_run=True, progress=False, stated=())
+    assert (code == 0) == (res.status == "dry_run"), (code, res.status, res.message)
 
 
 def test_nvme_without_libaio_refused_before_launch(tmp_path):
@@ -214,3 +308,56 @@ def test_first_real_traceback_is_picked(tmp_path):
     status, message, details = classify(tmp_path, 1, False, 10, None)
     assert status == "failed" and "the real cause" in message and details["log"] == "rank1"
     assert len(tracebacks((logs / "rank1.log").read_text())) == 1
+
+
+def _check_ran_as_resolved(res, run_dir: Path):
+    assert res.ok, (res.message, res.details.get("traceback"))
+    assert res.summary["steps"] == 3 and res.summary["world_size"] == 2
+    got = res.summary["deepspeed_config"]  # the config the ranks' DeepSpeed engine was built with
+    assert "auto" not in json.dumps(got)
+    # tiny-qwen2 (h = 64) on 2 ranks, micro batch 2, accumulation 1: computed by hand
+    assert (got["train_micro_batch_size_per_gpu"], got["gradient_accumulation_steps"]) == (2, 1)
+    assert got.get("train_batch_size", 4) == 4  # the docs' example has none: DeepSpeed computes 2 × 1 × 2
+    z = got["zero_optimization"]
+    assert (z["stage"], z["reduce_bucket_size"], z["stage3_prefetch_bucket_size"], z["stage3_param_persistence_threshold"]) \
+        == (3, 4096, 3686, 640)
+    assert z["offload_optimizer"]["device"] == "cpu" and z["offload_param"]["device"] == "cpu"
+    assert got["scheduler"]["params"]["total_num_steps"] == 3
+    assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"] == z
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llamafactory_ds_z3_offload_config.json", "transformers_docs_zero3.json"])
+def test_zero3_offload_templates_run_for_real(tmp_path, name):
+    res = launch(plan(micro_batch=2), tmp_path / "run", config=str(TEMPLATES / name), max_steps=3, progress=False,
+                 verify_save="off", hang_timeout_s=300, stated={"micro_batch", "num_gpus", "max_steps"})
+    _check_ran_as_resolved(res, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_accelerate_zero3_offload_template_runs_from_the_cli(tmp_path):
+    """Accelerate's template as a user pastes it into `cookbook launch --config`. On a CPU without fp16 the one
+    change is the one the refusal asks for (fp16.enabled "auto", filled from the precision)."""
+    from cookbook.launch import on_gpu_machine
+    from cookbook.lint import cpu_fp16_supported
+    src = TEMPLATES / "accelerate_zero_stage3_offload_config.json"
+    if not (on_gpu_machine() or cpu_fp16_supported()):
+        cfg = json.loads(src.read_text())
+        cfg["fp16"]["enabled"] = "auto"
+        src = tmp_path / src.name
+        src.write_text(json.dumps(cfg, indent=4))
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "launch", "--config", str(src), "--micro-batch", "2",
+                          "--max-steps", "3", "--seq-len", "128", "--verify-save", "off", "--no-progress",
+                          "--hang-timeout", "300", "--output-dir", str(tmp_path / "run"), "--json"],
+                         capture_output=True, text=True)
+    res = json.loads(out.stdout)
+    assert out.returncode == 0, (res["message"], out.stderr[-3000:])
+    assert "filled for this run" in out.stderr and "--micro-batch 2" in out.stderr  # the table (stderr under --json)
+    rows = {r["path"]: r for r in res["details"]["filled"]}
+    assert rows["optimizer.params.lr"]["value"] == 3e-3 and "--lr 0.003 (default)" in rows["optimizer.params.lr"]["from"]
+    assert rows["zero_optimization.stage3_gather_16bit_weights_on_model_save"]["value"] is True
+
+    class R:  # the JSON result read back as the fields _check_ran_as_resolved uses
+        ok = res["status"] == "ok"
+        message, details, summary = res["message"], res["details"], res["summary"]
+    _check_ran_as_resolved(R, tmp_path / "run")

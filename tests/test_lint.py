@@ -66,12 +66,13 @@ def test_repaired_config_is_still_linted(tmp_path):
     assert "128" in _find(report, "train_batch_size", "error").fix
 
 
-def test_non_object_config_is_a_finding(tmp_path):
+def test_non_object_config_cannot_be_used(tmp_path, capsys):
     for bad in (None, [], 3, 2.5):
         report = lint(bad, world_size=8)
-        assert report.exit_code == 1 and report[0].path == "(top level)"
+        assert report.exit_code == 2 and not report.readable and report[0].path == "(top level)"
     report = lint(_write(tmp_path, "[1, 2]"), world_size=8)
-    assert report.exit_code == 1 and "list" in report[0].message
+    assert report.exit_code == 2 and "list" in report[0].message and "cannot be used" in report[0].message
+    assert cli.main(["lint", str(tmp_path / "ds.json")]) == 2
 
 
 def test_duplicate_keys(tmp_path):
@@ -374,7 +375,10 @@ def test_cli_exit_codes(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["lint", str(good), "--world-size", "3", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["errors"][0]["path"] == "train_batch_size" and "= 3" in out["errors"][0]["message"]
+    # the default mode is cookbook launch's: the config states world size 2, the typed --world-size 3 disagrees
+    assert out["errors"][0]["path"] == "train_batch_size" and "--world-size 3" in out["errors"][0]["message"]
+    assert cli.main(["lint", str(good), "--world-size", "3", "--mode", "deepspeed", "--json"]) == 1
+    assert "= 3" in json.loads(capsys.readouterr().out)["errors"][0]["message"]
     assert cli.main(["lint", str(SEEDS / "001_llama7b_offload_example.json"), "--world-size", "1"]) == 2
     assert cli.main(["lint", str(tmp_path / "missing.json"), "--world-size", "1"]) == 2
     assert "not found" in capsys.readouterr().out
@@ -386,3 +390,155 @@ def test_config_disagrees_with_plan():
     assert "TrainingArguments" in _find(lint(cfg, plan=plan, mode="trainer"), "train_micro_batch_size_per_gpu",
                                         "error").message
     _find(lint(cfg, plan=plan), "train_micro_batch_size_per_gpu", "warning")
+
+
+# ---------------------------------------------------------------- rule: NVMe offload with bf16 states
+
+def test_nvme_with_bf16_states_is_an_error_before_launch():
+    plan = preset_plan("zero3-offload", model="qwen-14b", num_gpus=8, nvme_path="/local_nvme")
+    cfg = build_config(plan, bf16_states=True)  # CPU offload + bf16 states: fine
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": "/local_nvme"}
+    f = _find(lint(cfg, plan=plan), "bf16.bf16_optimizer_states", "error")
+    assert "assert dtype == self.dtype" in f.message and "swap_tensor/utils.py" in f.message
+    assert "false" in f.fix and '"cpu"' in f.fix
+    cfg["bf16"] = {"enabled": True, "bf16_master_weights_and_grads": True}
+    _find(lint(cfg, plan=plan), "bf16.bf16_master_weights_and_grads", "error")
+    cfg["bf16"] = {"enabled": True}
+    assert not lint(cfg, plan=plan).errors
+    # quiet on the presets with bf16 states where DeepSpeed supports them
+    for preset in ("zero2", "zero2-offload", "zero3", "zero3-offload"):
+        p = preset_plan(preset, model="qwen-14b", num_gpus=8, host_memory_gib=2048)
+        assert not lint(build_config(p, bf16_states=True), plan=p, model="qwen-14b").errors
+
+
+# ---------------------------------------------------------------- rule: bucket sizes far below h²
+
+def test_bucket_far_below_h_squared_warns_with_value_and_cost():
+    # the LLaMA article's reduce_bucket_size 1e6 for LLaMA-7B (h = 4096: h² = 16777216)
+    report = lint(SEEDS / "001_llama7b_ds_config.json", world_size=1, model="llama-7b")
+    f = _find(report, "zero_optimization.reduce_bucket_size", "warning")
+    assert "1,000,000" in f.message and "16,777,216" in f.message
+    from cookbook.models import model_spec
+    n = model_spec("llama-7b").num_params
+    assert f"{-(-n // 10**6):,} collectives" in f.message and f"{-(-n // 4096 ** 2):,}" in f.message
+    assert "16777216" in f.fix
+    cfg = dict(MB1, zero_optimization={"stage": 2, "allgather_bucket_size": 5 * 10**5, "reduce_bucket_size": 4096 ** 2})
+    _find(lint(cfg, world_size=1, model="llama-7b", will_save_hf_model=False), "zero_optimization.allgather_bucket_size",
+          "warning")
+    # a tenth of h² or more is not "far below"; no model, no rule
+    cfg["zero_optimization"]["allgather_bucket_size"] = 4096 ** 2 // 10 + 1
+    assert not lint(cfg, world_size=1, model="llama-7b", will_save_hf_model=False)
+    assert not [f for f in lint(SEEDS / "001_llama7b_ds_config.json", world_size=1) if "h² rule" in f.message]
+
+
+# ---------------------------------------------------------------- rule: optimizer / scheduler params
+
+def test_unknown_optimizer_and_scheduler_params_with_did_you_mean():
+    cfg = dict(MB1, optimizer={"type": "AdamW", "params": {"lr": 1e-5, "beta": [0.9, 0.95], "weight_decays": 0.1}},
+               scheduler={"type": "WarmupDecayLR", "params": {"total_num_step": 100, "warmup_num_steps": 10}})
+    report = lint(cfg, world_size=1)
+    f = _find(report, "optimizer.params.beta", "error")
+    assert "FusedAdam" in f.message and "'betas'" in f.fix
+    assert "'weight_decay'" in _find(report, "optimizer.params.weight_decays", "error").fix
+    assert "'total_num_steps'" in _find(report, "scheduler.params.total_num_step", "error").fix
+    # offloaded: DeepSpeed builds DeepSpeedCPUAdam, whose own flag is passed by the engine
+    cfg = dict(MB1, zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}},
+               optimizer={"type": "AdamW", "params": {"adamw_mode": True, "fp32_optimizer_states": False}})
+    f = _find(lint(cfg, world_size=1), "optimizer.params.adamw_mode", "error")
+    assert "DeepSpeedCPUAdam" in f.message and "'adam_w_mode'" in f.fix
+    # torch optimizers and schedulers by name; unknown types
+    ok = dict(MB1, optimizer={"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}},
+              scheduler={"type": "StepLR", "params": {"step_size": 10}})
+    assert not lint(ok, world_size=1).errors
+    bad = dict(MB1, optimizer={"type": "AdamWW", "params": {}}, scheduler={"type": "WarmupDecay", "params": {}})
+    report = lint(bad, world_size=1)
+    assert "'AdamW'" in _find(report, "optimizer.type", "error").fix
+    assert "'WarmupDecayLR'" in _find(report, "scheduler.type", "error").fix
+    assert "gradient_clipping" in _find(lint(dict(MB1, optimizer={"type": "Adam", "params": {"max_grad_norm": 1}}),
+                                             world_size=1), "optimizer.params.max_grad_norm", "error").fix
+
+
+def test_param_keys_come_from_the_signatures():
+    import inspect
+    import torch
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from cookbook.lint import optimizer_param_keys, scheduler_param_keys
+    assert optimizer_param_keys("AdamW")[0] >= set(inspect.signature(FusedAdam).parameters) - {"params"}
+    assert optimizer_param_keys("AdamW", cpu_optimizer=True)[0] >= \
+        set(inspect.signature(DeepSpeedCPUAdam).parameters) - {"model_params", "adamw_mode"}
+    assert "foreach" in optimizer_param_keys("AdamW", torch_adam=True)[0]
+    assert optimizer_param_keys("RMSprop")[0] == set(inspect.signature(torch.optim.RMSprop).parameters) - {"params"}
+    assert scheduler_param_keys("WarmupLR")[0] == {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps",
+                                                   "warmup_type", "last_batch_iteration"}
+
+
+TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TEMPLATES.glob("*.json")))
+def test_new_rules_quiet_on_the_real_templates(name):
+    report = lint(TEMPLATES / name, world_size=8, mode="trainer", model="qwen-14b", plan=Plan(model="qwen-14b", num_gpus=8))
+    new = [f for f in report if f.path.startswith(("optimizer.", "scheduler.", "bf16.bf16_"))
+           or "h² rule" in f.message]
+    assert not new, str(report)
+
+
+# ---------------------------------------------------------------- "auto": fixes speak of the keys they name
+
+def test_unfilled_auto_fix_names_the_values_of_those_keys():
+    report = lint(AUTO_CFG, world_size=8, mode="accelerate")
+    f = [x for x in report.errors if "auto" in x.message][0]
+    assert f.path == "optimizer.params.betas" and "[0.9, 0.999]" in f.fix and "bucket" not in f.fix
+    cfg = dict(AUTO_CFG, optimizer={"type": "AdamW", "params": {"betas": "auto", "eps": "auto"}})
+    f = _find(lint(cfg, world_size=8, mode="accelerate", model="qwen-14b"), "(config)", "error")
+    assert "optimizer.params.eps: 1e-08" in f.fix and "bucket" not in f.fix and "26214400" not in f.fix
+
+
+# ---------------------------------------------------------------- lint does what cookbook launch does
+
+def test_default_mode_resolves_like_launch_and_writes_resolved(tmp_path, capsys):
+    src = TEMPLATES / "llamafactory_ds_z3_offload_config.json"
+    out = tmp_path / "resolved.json"
+    assert cli.main(["lint", str(src), "--model", "qwen-14b", "--world-size", "8", "--micro-batch", "2",
+                     "--grad-accum", "4", "--precision", "bf16", "--resolve", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "filled for this run" in text and "--micro-batch 2" in text and "hidden_size² = 5120²" in text
+    resolved = json.loads(out.read_text())
+    assert resolved["train_batch_size"] == 64 and resolved["zero_optimization"]["reduce_bucket_size"] == 26214400
+    assert resolved["bf16"]["enabled"] is True and resolved["fp16"]["enabled"] is False
+    # --resolve without -o: the JSON is stdout, the table goes to stderr
+    assert cli.main(["lint", str(src), "--world-size", "2", "--resolve", "--gpu", "A100"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["train_micro_batch_size_per_gpu"] == 4 and "filled for this run" in cap.err
+    # a conflict is an error naming both, and nothing is written
+    acc = TEMPLATES / "accelerate_zero_stage3_offload_config.json"
+    bad = tmp_path / "bad.json"
+    assert cli.main(["lint", str(acc), "--grad-accum", "4", "--gpu", "H100", "--resolve", "-o", str(bad)]) == 1
+    text = capsys.readouterr().out
+    assert "gradient_accumulation_steps is 1 in accelerate_zero_stage3_offload_config.json, but --grad-accum 4" in text
+    assert not bad.exists()
+    assert cli.main(["lint", str(acc), "--mode", "trainer", "--resolve"]) == 2
+
+
+def test_world_size_defaults_from_the_config_and_says_so(tmp_path, capsys):
+    cfg = _write(tmp_path, json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+                                       "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2}}))
+    assert cli.main(["lint", str(cfg), "--gpu", "A100"]) == 0
+    out = capsys.readouterr().out
+    assert "world size 8: from the config, train_batch_size 32 / (train_micro_batch_size_per_gpu 2 × " \
+           "gradient_accumulation_steps 2)" in out
+    assert cli.main(["lint", str(TEMPLATES / "llamafactory_ds_z2_config.json"), "--gpu", "A100"]) == 0
+    assert "cookbook launch's default --num-processes" in capsys.readouterr().out
+
+
+def test_lint_errors_name_the_flags(tmp_path, capsys):
+    cfg = _write(tmp_path, json.dumps({"zero_optimization": {"stage": 3}}))
+    assert cli.main(["lint", str(cfg), "--micro-batch", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--micro-batch 0" in err and "micro_batch" not in err
+    assert cli.main(["lint", str(cfg), "--num-processes", "0"]) == 2
+    assert "--num-processes 0" in capsys.readouterr().err
+    stage2 = _write(tmp_path, json.dumps({"zero_optimization": {"stage": 2}}), "z2.json")
+    assert cli.main(["lint", str(stage2), "--offload-param", "cpu", "--gpu", "A100"]) == 1
+    out = capsys.readouterr().out
+    assert "--offload-param cpu with zero_optimization.stage=2 in z2.json" in out
