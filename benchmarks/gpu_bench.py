@@ -46,8 +46,8 @@ def make_long_dataset(path: Path, *, examples: int = 128, records_per_example: i
     ``records_per_example`` shipped records (~34 tokens each with the shipped tokenizer, so every
     example exceeds 1024 tokens and is truncated to exactly ``seq_len``)."""
     from cookbook.data import format_prompt
-    from cookbook.models import DATASET_PATH
-    recs = [json.loads(l) for l in DATASET_PATH.read_text().splitlines() if l.strip()]
+    from cookbook.models import INSTRUCTIONS_PATH
+    recs = [json.loads(l) for l in INSTRUCTIONS_PATH.read_text().splitlines() if l.strip()]
     rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
