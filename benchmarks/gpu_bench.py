@@ -494,9 +494,12 @@ class Driver:
         """Build DeepSpeedCPUAdam (JIT, ~50 s) and save random weights of ``models``, in parallel:
         model i on GPU i % 2."""
         self.log(f"prepare: cpu_adam build, weights for {[Path(m).name for m in models]}")
+        from cookbook.launch import extensions_dir  # where the ranks look for it (cookbook.launch.child_env)
         jit = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import CPUAdamBuilder; "
                                 "CPUAdamBuilder().load()"], cwd=ROOT, stdout=open(self.work / "jit.log", "w"),
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT,
+                               env=dict(os.environ, TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR")
+                                        or str(extensions_dir())))
         procs = []
         import torch
         n_gpus = max(1, torch.cuda.device_count())

@@ -364,9 +364,10 @@ def _check(fmt: str, rec: dict, at: str, mapping: dict) -> dict:
                             f"{role_key!r} and {content_key!r}")
         for k in (role_key, content_key):
             if k not in m:
-                hint = (f" (--dataset-fields maps it from {k!r})" if k not in ("role", "content", "from", "value") else
-                        f"; if your messages name it differently, map it: --dataset-fields "
-                        f"{'role' if k in ('role', 'from') and fmt == 'messages' else k}=yourname")
+                std = ("role" if fmt == "messages" else "from") if k == role_key else \
+                      ("content" if fmt == "messages" else "value")
+                hint = (f"; --dataset-fields maps {std}={k}: check that name" if k != std else
+                        f"; if your messages name it differently, map it: --dataset-fields {std}=yourname")
                 raise DataError(f"{at}: {key}[{i}] has no field {k!r} (fields: {sorted(m)}){hint}")
         role = m[role_key]
         if role not in known:
