@@ -626,7 +626,8 @@ class Rows:
         seq_len: ``--seq-len``. packing: rows are packed.
         examples: examples that went in. longer: examples longer than ``seq_len``.
         split: examples spread over more than one row (packing). cut: examples cut to ``seq_len``
-        (not packing). dropped: examples with nothing left to learn after the cut.
+        (not packing). dropped: examples with nothing left to learn after the cut. empty_rows: packed rows
+        left out because no token in them is trained on (a stretch of a long prompt).
     """
 
     input_ids: list
@@ -640,6 +641,7 @@ class Rows:
     split: int = 0
     cut: int = 0
     dropped: int = 0
+    empty_rows: int = 0
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -671,7 +673,7 @@ class Rows:
                 "row_tokens_min": min(real), "real_tokens": sum(real),
                 "packing_efficiency": round(sum(real) / slots, 5) if slots else None,
                 "longer_than_seq_len": self.longer, "split_examples": self.split, "cut_examples": self.cut,
-                "dropped_examples": self.dropped}
+                "dropped_examples": self.dropped, "rows_without_targets_left_out": self.empty_rows}
 
     def describe(self) -> str:
         """One log line: what a row holds."""
@@ -683,7 +685,9 @@ class Rows:
                     + f"; packing efficiency {100 * s['packing_efficiency']:.2f}% (real tokens / token slots); "
                     f"{s['split_examples']:,} examples continue from one row into the next (position_ids restart, "
                     f"the continuation does not see its beginning); {s['longer_than_seq_len']:,} were longer than "
-                    f"--seq-len {self.seq_len} and were split across rows, not cut")
+                    f"--seq-len {self.seq_len} and were split across rows, not cut"
+                    + (f"; {self.empty_rows:,} row(s) with no token to learn from (inside a long prompt) left out"
+                       if self.empty_rows else ""))
         return (f"packing off: one example per row, padded to the longest row of each micro batch; real tokens per "
                 f"row: mean {s['row_tokens_mean']:.1f}, max {s['row_tokens_max']} of --seq-len {self.seq_len}"
                 + (" (rows are shorter than --seq-len: tokens/s, MFU and memory describe these rows)"
@@ -692,7 +696,8 @@ class Rows:
                 + (f"; {s['dropped_examples']:,} dropped (nothing left to learn after the cut)" if s["dropped_examples"] else ""))
 
 
-def make_rows(data: TokenizedData, seq_len: int, *, packing: bool, seed: int = 0, pad_id: int = 0) -> Rows:
+def make_rows(data: TokenizedData, seq_len: int, *, packing: bool, seed: int = 0, pad_id: int = 0,
+              drop_empty: bool = True) -> Rows:
     """Rows for training.
 
     Packing: the examples, in the order of ``torch.randperm`` seeded with ``seed`` (a pure function of
@@ -700,7 +705,9 @@ def make_rows(data: TokenizedData, seq_len: int, *, packing: bool, seed: int = 0
     ``seq_len`` tokens; each row is assembled by transformers' ``DataCollatorWithFlattening``
     (``position_ids`` restarting at 0 per piece, first label of each piece -100). The last row is
     filled with ``pad_id`` as a piece of its own (labels -100). Examples longer than ``seq_len``
-    (tokenized with ``packing=True``, i.e. whole) are split across rows.
+    (tokenized with ``packing=True``, i.e. whole) are split across rows. With ``drop_empty``, packed
+    rows in which no token is trained on (a stretch of a long prompt) are left out and counted: a
+    micro batch of such rows would have a loss of 0/0.
 
     Not packing: one example per row, cut to ``seq_len``; an example left with no token to learn
     from by the cut is dropped (counted).
@@ -751,8 +758,14 @@ def make_rows(data: TokenizedData, seq_len: int, *, packing: bool, seed: int = 0
         split += rows_touched > 1
     if pieces:
         flush(pad=space)
-    return Rows(rows_ids, rows_labels, rows_pos, real, seq_len, True, n, longer=data.num_longer, split=split,
-                dropped=data.num_dropped)
+    # a row with no token to learn from (a stretch of a long prompt) would give a micro batch of one row
+    # a loss of 0/0: such rows are left out, and counted
+    keep = [k for k, y in enumerate(rows_labels) if not drop_empty or any(t != IGNORE_INDEX for t in y)]
+    if not keep:
+        raise DataError(f"seq_len={seq_len}: no packed row holds a token to learn from; check the data's labels")
+    pick = lambda xs: [xs[k] for k in keep]  # noqa: E731
+    return Rows(pick(rows_ids), pick(rows_labels), pick(rows_pos), pick(real), seq_len, True, n,
+                longer=data.num_longer, split=split, dropped=data.num_dropped, empty_rows=len(rows_ids) - len(keep))
 
 
 def collate(batch_ids: list, batch_labels: list, pad_id: int):

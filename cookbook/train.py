@@ -482,7 +482,8 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         why = "--packing" if packing else "--no-packing"
     data = make_rows(tokenized, args.seq_len, packing=packing, seed=args.seed, pad_id=tok.pad_token_id)
     flatten = packing and attention["flatten"]
-    facts.update(rows=len(data), epochs=round(args.max_steps * facts["global_batch"] / len(data), 2))
+    facts.update(rows=len(data), truncated=data.cut,
+                 epochs=round(args.max_steps * facts["global_batch"] / len(data), 2))
     _print_rank0(accelerator, f"[data] {args.dataset or 'shipped data/chats.jsonl'}: {facts['examples']:,} examples, "
                  f"{facts['format_description']}; {data.describe()} ({why})")
     _print_rank0(accelerator, f"[data] global batch {facts['global_batch']} rows of {args.seq_len} token slots, "

@@ -190,7 +190,7 @@ def _small_chats(n=40):
 
 def test_packed_rows_hold_exactly_seq_len(tok):
     data = tokenize(_small_chats(), tok, 64, packing=True)
-    rows = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id)
+    rows = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id, drop_empty=False)
     total = sum(data.lengths)
     assert len(rows) == -(-total // 64)
     assert all(len(r) == 64 for r in rows.input_ids) and rows.real_tokens[:-1] == [64] * (len(rows) - 1)
@@ -207,12 +207,18 @@ def test_packed_rows_hold_exactly_seq_len(tok):
     flat = make_rows(data, 64, packing=False)
     assert flat.cut == s["longer_than_seq_len"] and max(map(len, flat.input_ids)) == 64
     assert "were cut" in flat.describe() and "shorter than --seq-len" in flat.describe()
+    # rows in which nothing is trained on (inside a long prompt) are left out by default, and counted
+    kept = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id)
+    empty = [y for y in rows.labels if all(t == IGNORE_INDEX for t in y)]
+    assert kept.empty_rows == len(empty) > 0 and len(kept) == len(rows) - len(empty)
+    assert all(any(t != IGNORE_INDEX for t in y) for y in kept.labels)
+    assert f"{len(empty)} row(s) with no token to learn from" in kept.describe()
 
 
 def test_packed_labels_equal_unpacked_labels_token_for_token(tok):
     import torch
     data = tokenize(_small_chats(), tok, 64, packing=True)
-    rows = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id)
+    rows = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id, drop_empty=False)
     order = torch.randperm(len(data), generator=torch.Generator().manual_seed(3)).tolist()
     ids = [t for i in order for t in data.input_ids[i]]
     # unpacked, the model never predicts an example's first token (labels shift by one): -100 there
@@ -278,7 +284,7 @@ def test_packing_is_a_function_of_the_seed(tok):
 
 
 def test_truncation_counted(tok):
-    data = tokenize(load_records(), tok, 24)
+    data = tokenize(load_records().select(range(200)), tok, 24)
     assert data.num_truncated > 0 and max(len(x) for x in data.input_ids) == 24
 
 
