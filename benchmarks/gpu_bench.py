@@ -1,4 +1,5 @@
-"""GPU benchmark driver: the ZeRO ladder, the stock-config comparison, the 2-rank runs (issues 9, 10).
+"""GPU benchmark driver: the ZeRO ladder, the stock-config comparison, the 2-rank runs (issues 9, 10),
+the estimator's held-out calibration and the packed-chat recipe (issue 13).
 
 One command runs a *suite*: phases run one after another; inside a phase, *lanes* run in parallel
 (on the 2-GPU machine: lane A = GPU 0 + CPU cores 0-15, lane B = GPU 1 + cores 16-31, each like
@@ -10,7 +11,21 @@ Every rung is run by a child process with a wall-clock limit, and the results fi
 each rung, so a suite stopped by the device's time limit still returns what it measured::
 
     python -m benchmarks.gpu_bench --suite call1 --out $OUT --deadline-s 570     # on the GPU machine
+    python -m benchmarks.gpu_bench --suite calib --out $OUT --only recipe-chat,ho-llama3b-z3-offopt-s2048-b4
     DS_ACCELERATOR=cpu python -m benchmarks.gpu_bench --suite rehearsal --out /tmp/bench_out   # CPU
+    DS_ACCELERATOR=cpu python -m benchmarks.gpu_bench --suite calib --tiny --out /tmp/calib   # CPU check
+
+``--tiny`` runs a GPU suite's rungs with the tiny model of the same architecture (``tiny-llama`` /
+``tiny-qwen2``), sequences 16× shorter and 2 steps, to check the suite's definition on a CPU.
+
+Suite ``calib`` (issue 13, one H200 capped at 24 GiB; ``calib2``: the same rungs on two lanes of
+the 2-GPU machine): ``recipe-chat`` is the 3.4B LLaMA-shaped recipe (ZeRO-2 + optimizer offload,
+micro batch 16, bf16 states, seq 1024) on the shipped chat data packed into full rows, to compare
+with the synthetic full-length ``recipe-bf16-states`` of ``data/reference/h200x2_2026-11-30.json``;
+the ``ho-*`` rungs are the estimator's held-out calibration points: shapes none of the fitting
+points has (sequence 2048-4096, micro batch 1-8, LLaMA and Qwen2 architectures, ZeRO-2/3 with and
+without offload; four are expected not to fit), on the packed chat data at full rows. Turn their
+results into held-out points with ``python -m benchmarks.calibration --from-results results.json``.
 
 Writes into ``--out``: ``results.json`` (every rung: plan, config, status, tokens/s, peaks, the
 estimate beside the measurement), ``ceilings.json``, ``driver.log``, ``runs.tar.gz`` (each run
@@ -46,8 +61,8 @@ def make_long_dataset(path: Path, *, examples: int = 128, records_per_example: i
     ``records_per_example`` shipped records (~34 tokens each with the shipped tokenizer, so every
     example exceeds 1024 tokens and is truncated to exactly ``seq_len``)."""
     from cookbook.data import format_prompt
-    from cookbook.models import DATASET_PATH
-    recs = [json.loads(l) for l in DATASET_PATH.read_text().splitlines() if l.strip()]
+    from cookbook.models import INSTRUCTIONS_PATH
+    recs = [json.loads(l) for l in INSTRUCTIONS_PATH.read_text().splitlines() if l.strip()]
     rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
@@ -109,6 +124,7 @@ class Rung:
     timeout_s: float = 300.0
     expect: str = "ok"                # "ok" or "gpu_oom": what the estimate predicts / the story needs
     weights: bool = False             # load random weights saved once on this machine (fast start, ZeRO-1/2)
+    data: str = "long"                # "long": the synthetic full-length set; "chat": the shipped chats, packed
 
 
 LLAMA3B = str(MODELS / "llama-3b")
@@ -182,7 +198,59 @@ def gpu_suites() -> dict:
         "call2": [("prepare", (LLAMA3B, QWEN3B)), call2_lanes, call2_two],
         "call1b": ["ceilings", {"AB": issue10}, stock_rest],
         "smoke": ["ceilings"],
+        "calib": calib_suite(lanes=1),
+        "calib2": calib_suite(lanes=2),
     }
+
+
+def calib_rungs() -> list[Rung]:
+    """Issue 13: the packed-chat recipe and the held-out calibration shapes, in priority order (the
+    estimator's ``cookbook.memory.estimate`` for each is in the comment: GPU reserved GiB, fits 24?)."""
+    C = dict(data="chat", max_steps=5, timeout_s=330)
+    H = dict(C, group="heldout")
+    return [
+        # the issue's benchmark: compare tokens/s with recipe-bf16-states (synthetic full rows)
+        Rung("recipe-chat", "recipe_chat", model=LLAMA3B, zero_stage=2, offload_optimizer="cpu", micro_batch=16,
+             seq_len=1024, bf16_states=True, weights=True, **dict(C, max_steps=10)),        # 22.0, fits
+        Rung("ho-llama3b-z3-offopt-s2048-b4", model=LLAMA3B, zero_stage=3, offload_optimizer="cpu",
+             micro_batch=4, seq_len=2048, **H),                                              # 12.5, fits
+        Rung("ho-qwen3b-z2-offopt-s2048-b2", model=QWEN3B, zero_stage=2, offload_optimizer="cpu",
+             micro_batch=2, seq_len=2048, weights=True, **H),                                # 19.8, fits
+        Rung("ho-llama3b-z3-offall-s4096-b4", model=LLAMA3B, zero_stage=3, offload_optimizer="cpu",
+             offload_param="cpu", micro_batch=4, seq_len=4096, **H),                        # 15.4, fits
+        Rung("ho-qwen3b-z3-offall-s4096-b1", model=QWEN3B, zero_stage=3, offload_optimizer="cpu",
+             offload_param="cpu", micro_batch=1, seq_len=4096, **H),                        # 14.6, fits
+        Rung("ho-llama3b-z2-offopt-s4096-b2", model=LLAMA3B, zero_stage=2, offload_optimizer="cpu",
+             micro_batch=2, seq_len=4096, weights=True, **H),                                # 17.4, fits
+        Rung("ho-qwen3b-z3-offopt-s2048-b1", model=QWEN3B, zero_stage=3, offload_optimizer="cpu",
+             micro_batch=1, seq_len=2048, **H),                                              # 12.0, fits
+        Rung("ho-llama3b-z3-offall-s2048-b8", model=LLAMA3B, zero_stage=3, offload_optimizer="cpu",
+             offload_param="cpu", micro_batch=8, seq_len=2048, **H),                        # 15.4, fits
+        Rung("ho-llama3b-z3-offall-s4096-b8", model=LLAMA3B, zero_stage=3, offload_optimizer="cpu",
+             offload_param="cpu", micro_batch=8, seq_len=4096, expect="gpu_oom", **dict(H, max_steps=3)),  # 28.0
+        Rung("ho-qwen3b-z2-offopt-s2048-b4", model=QWEN3B, zero_stage=2, offload_optimizer="cpu",
+             micro_batch=4, seq_len=2048, weights=True, expect="gpu_oom", **dict(H, max_steps=3)),  # 28.1
+        Rung("ho-llama3b-z2-s2048-b1", model=LLAMA3B, zero_stage=2, micro_batch=1, seq_len=2048, weights=True,
+             expect="gpu_oom", **dict(H, max_steps=3, timeout_s=200)),                     # 71.4
+        Rung("ho-qwen3b-z3-s4096-b1", model=QWEN3B, zero_stage=3, micro_batch=1, seq_len=4096,
+             expect="gpu_oom", **dict(H, max_steps=3, timeout_s=200)),                     # 63.0
+    ]
+
+
+def calib_suite(lanes: int = 1) -> list:
+    """``calib``: every rung of :func:`calib_rungs` on lane A (one GPU); ``calib2``: alternated over
+    lanes A and B (two GPUs, 16 cores each). Saved random weights are prepared first for the ZeRO-2 rungs."""
+    rungs = calib_rungs()
+    phase = {"A": rungs} if lanes == 1 else {"A": rungs[0::2], "B": rungs[1::2]}
+    return [("prepare", (LLAMA3B, QWEN3B)), phase]
+
+
+def tiny(rung: Rung) -> Rung:
+    """The CPU check of a GPU rung: the tiny model of the same architecture, sequences 16× shorter
+    (at least 64 tokens), 2 steps."""
+    model = "tiny-qwen2" if "qwen" in Path(rung.model).name else "tiny-llama"
+    return dataclasses.replace(rung, model=model, seq_len=max(64, rung.seq_len // 16), max_steps=2, lr=3e-3,
+                               timeout_s=400)
 
 
 def rehearsal_suite() -> list:
@@ -221,8 +289,11 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     from cookbook.models import model_spec
     from cookbook.plan import Plan
 
+    from cookbook.models import CHAT_DATASET_PATH
     precision = "bf16" if on_gpu else "fp32"
     model = rung.model
+    if rung.data == "chat":
+        dataset = CHAT_DATASET_PATH
     if rung.weights:
         model = str(weights_dir(run_dir.parent.parent, rung.model))
     plan = Plan(model=model, num_gpus=rung.num_gpus, gpu_memory_gib=24.0, seq_len=rung.seq_len,
@@ -251,7 +322,8 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     res = launch(plan, run_dir, config=config, max_steps=rung.max_steps, lr=rung.lr, warmup_steps=1,
                  dataset=str(dataset), seed=1234, bf16_states=bf16_states,
                  emulate_gpu_memory_gib=24.0 if on_gpu else None, verify_save="off", final_save=False,
-                 force=True, hang_timeout_s=rung.timeout_s, env=env, progress=False)
+                 force=True, hang_timeout_s=rung.timeout_s, env=env, progress=False,
+                 packing=True if rung.data == "chat" else None)
     summary = res.summary or {}
     spec = model_spec(rung.model)
     import psutil
@@ -278,6 +350,11 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
         "details": {k: v for k, v in (res.details or {}).items() if k != "traceback"},
         "traceback_tail": ((res.details or {}).get("traceback") or "")[-3000:],
         "stock_changes": changes, "deepspeed_config": config, "env": env,
+        "set": "held_out" if rung.group == "heldout" else None, "data": rung.data,
+        "dataset": str(dataset), **{k: summary.get(k) for k in (
+            "packing", "packing_efficiency", "row_tokens_mean", "row_tokens_max", "row_width_max",
+            "tokens_per_micro_batch_mean", "tokens_per_micro_batch_max", "row_note", "attention", "rows",
+            "estimate_shape")},
     }
     return record
 
@@ -417,12 +494,17 @@ class Driver:
         """Build DeepSpeedCPUAdam (JIT, ~50 s) and save random weights of ``models``, in parallel:
         model i on GPU i % 2."""
         self.log(f"prepare: cpu_adam build, weights for {[Path(m).name for m in models]}")
+        from cookbook.launch import extensions_dir  # where the ranks look for it (cookbook.launch.child_env)
         jit = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import CPUAdamBuilder; "
                                 "CPUAdamBuilder().load()"], cwd=ROOT, stdout=open(self.work / "jit.log", "w"),
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT,
+                               env=dict(os.environ, TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR")
+                                        or str(extensions_dir())))
         procs = []
+        import torch
+        n_gpus = max(1, torch.cuda.device_count())
         for i, m in enumerate(models):
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i % 2))
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i % n_gpus))
             code = (f"from benchmarks.gpu_bench import make_weights; from pathlib import Path; "
                     f"make_weights({m!r}, Path({str(weights_dir(self.work, m))!r}))")
             procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
@@ -453,7 +535,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_rung":
         return _rung_child(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", required=True, help="call1, call2, smoke (GPU) or rehearsal (CPU)")
+    p.add_argument("--suite", required=True, help="call1, call2, smoke, calib, calib2 (GPU) or rehearsal (CPU)")
+    p.add_argument("--tiny", action="store_true",
+                   help="run the suite's rungs with tiny models of the same architectures (a CPU check of the suite)")
     p.add_argument("--out", required=True, help="folder for results.json, ceilings.json, logs")
     p.add_argument("--work", default="/tmp/cookbook_bench", help="scratch folder for run folders and data")
     p.add_argument("--deadline-s", type=float, default=570.0, help="no rung starts that cannot end before this")
@@ -468,8 +552,15 @@ def main(argv=None) -> int:
     suite = suites[a.suite]
     if a.only:
         keep = set(a.only.split(","))
+        known = {r.name for ph in suite if isinstance(ph, dict) for v in ph.values() for r in v}
+        if keep - known:
+            p.error(f"--only: {sorted(keep - known)} not in suite {a.suite!r} (rungs: {', '.join(sorted(known))})")
         suite = [ph if not isinstance(ph, dict) else {k: [r for r in v if r.name in keep] for k, v in ph.items()}
                  for ph in suite]
+    if a.tiny:
+        suite = [{k: [tiny(r) for r in v] for k, v in ph.items()} if isinstance(ph, dict) else
+                 ("prepare", tuple(sorted({"tiny-qwen2" if "qwen" in Path(m).name else "tiny-llama" for m in ph[1]})))
+                 if isinstance(ph, tuple) else ph for ph in suite]
     driver = Driver(Path(a.out), Path(a.work), a.deadline_s, on_gpu)
     driver.log(f"suite {a.suite}, on_gpu={on_gpu}, deadline {a.deadline_s:.0f} s")
     driver.run(suite)

@@ -443,8 +443,10 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
         return "host_oom", msg, {"rank": rank, "signal": 9, "estimate_host_gib": host_est}
     if returncode == 0 and summary and summary.get("status") == "ok":
         ranks = f"{summary['world_size']} rank" + ("s" if summary["world_size"] != 1 else "")
+        note = f" ({summary['row_note']})" if summary.get("row_note") else (
+            f" (packed rows of {summary['seq_len']} tokens)" if summary.get("packing") else "")
         return "ok", (f"{summary['steps']} steps on {ranks}: loss {summary['first_loss']:.3f} → "
-                      f"{summary['last_loss']:.3f}, {summary['tokens_per_s']:.0f} tokens/s"), {}
+                      f"{summary['last_loss']:.3f}, {summary['tokens_per_s']:.0f} tokens/s{note}"), {}
     # the first real traceback, not the secondary ones (peers losing their connection, the launcher)
     for name, text in list(texts.items()) + [("launcher", launcher)]:
         for tb in tracebacks(text):
@@ -509,7 +511,9 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            final_save: bool = True, force: bool = False, dry_run: bool = False, hang_timeout_s: float = 900.0,
            env: dict | None = None, progress: bool = True, raise_on_error: bool = False,
            startup_timeout_s: float | None = None, extra_args: tuple = (), main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
-           trust_remote_code: bool = False, stated=None, names: dict | None = None) -> RunResult:
+           trust_remote_code: bool = False, stated=None, names: dict | None = None,
+           packing: bool | None = None, dataset_split: str | None = None,
+           dataset_fields: str | dict | None = None, chat_template: str | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -528,6 +532,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             Then the resolved config is linted like any other.
         max_steps, lr, warmup_steps, save_steps, resume, dataset, tokenizer, seed, bf16_states,
             verify_save, final_save: passed to the training entry (see ``cookbook train --help``).
+        packing: True packs rows of exactly ``plan.seq_len`` tokens, False one example per row, None
+            (default) packs when the model's attention keeps packed examples apart.
+        dataset_split, dataset_fields, chat_template: ``--dataset-split``, ``--dataset-fields`` (a string
+            ``standard=yours,...`` or a dict), ``--chat-template`` (a Jinja file).
         emulate_gpu_memory_gib: cap each rank's GPU memory (``torch.cuda.set_per_process_memory_fraction``)
             so a larger GPU behaves like a smaller card; on a CPU-only machine, the budget for the
             model states each rank holds on its "device" (see :mod:`cookbook.train`).
@@ -553,7 +561,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     opts = dict(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps, save_steps=save_steps, resume=resume,
                 dataset=dataset, tokenizer=tokenizer, seed=seed, bf16_states=bf16_states,
                 emulate_gpu_memory_gib=emulate_gpu_memory_gib, verify_save=verify_save,
-                no_final_save=not final_save, trust_remote_code=trust_remote_code)
+                no_final_save=not final_save, trust_remote_code=trust_remote_code,
+                packing=packing is True, no_packing=packing is False, dataset_split=dataset_split,
+                dataset_fields=(",".join(f"{k}={v}" for k, v in dataset_fields.items())
+                                if isinstance(dataset_fields, dict) else dataset_fields),
+                chat_template=chat_template)
 
     resolution = None
 
@@ -783,7 +795,9 @@ def _cli(args) -> int:
                      final_save=args.final_save, force=args.force, dry_run=getattr(args, "dry_run", False),
                      hang_timeout_s=args.hang_timeout, startup_timeout_s=args.startup_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
                      main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code,
-                     stated=stated, names=getattr(args, "_names", None))
+                     stated=stated, names=getattr(args, "_names", None),
+                     packing=args.packing, dataset_split=args.dataset_split, dataset_fields=args.dataset_fields,
+                     chat_template=args.chat_template)
     if args.json:
         print(json.dumps({"status": res.status, "message": res.message, "run_dir": res.run_dir,
                           "command": res.command, "duration_s": res.duration_s, "summary": res.summary,

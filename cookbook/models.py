@@ -18,11 +18,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Root of the shipped data (instruction set, tokenizer, model configs).
+#: Root of the shipped data (chat and instruction sets, tokenizer, model configs).
 DATA_DIR = Path(os.environ.get("COOKBOOK_DATA", Path(__file__).resolve().parent.parent / "data"))
 MODELS_DIR = DATA_DIR / "models"
 TOKENIZER_DIR = DATA_DIR / "tokenizer"
-DATASET_PATH = DATA_DIR / "instructions.jsonl"
+#: The shipped Alpaca-format instruction set (short single-turn records).
+INSTRUCTIONS_PATH = DATA_DIR / "instructions.jsonl"
+#: The shipped chat set (multi-turn ``messages``, lengths up to several thousand tokens).
+CHAT_DATASET_PATH = DATA_DIR / "chats.jsonl"
+#: What ``--dataset`` defaults to: the chat set, so packed rows fill ``--seq-len``.
+DATASET_PATH = CHAT_DATASET_PATH
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")

@@ -7,9 +7,12 @@ single source of truth for batch shape, precision, optimizer (AdamW) and learnin
 
 Writes into ``--output-dir``:
   * ``metrics.jsonl``: one JSON object per optimizer step (step, loss, lr, grad_norm, tokens_per_s,
-    samples_per_s, tflops, mfu, peak GPU allocated/reserved GiB, host RSS GiB);
-  * ``summary.json``: status, world size, first/last loss, throughput, peaks, the estimate beside
-    the measurement, the ZeRO partition of each rank, the DeepSpeed config used;
+    samples_per_s, tflops, mfu, peak GPU allocated/reserved GiB, host RSS GiB, and the shape that ran:
+    real tokens, token slots, packing efficiency, real tokens per row mean/max, widest row);
+  * ``summary.json``: status, world size, first/last loss, throughput, peaks, the rows that ran
+    (packing, tokens per row and per micro batch, packing efficiency, the attention path), the
+    estimate beside the measurement for that shape, the ZeRO partition of each rank, the DeepSpeed
+    config used;
   * ``checkpoints/step-N``: DeepSpeed state for ``--resume`` plus gathered 16-bit weights
     (see :mod:`cookbook.checkpoint`); ``final_model/``: the verified 16-bit model.
 Progress goes to stdout on rank 0 as lines ``COOKBOOK_STEP {json}`` (read by the launch helper).
@@ -48,14 +51,28 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-qwen2",
                    help="shipped name (random weights), local folder with weights, or cached hub id")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own, else the shipped one)")
-    p.add_argument("--dataset", default=None, help="JSONL of {instruction,input,output} or a datasets folder (default: shipped)")
+    p.add_argument("--dataset", default=None,
+                   help="JSONL/JSON/parquet/csv file, a datasets folder, or a datasets hub id already in the local cache; "
+                        "formats: Alpaca, chat messages, ShareGPT, prompt/completion, text (default: shipped chats)")
+    p.add_argument("--dataset-split", default=None, help="split of a hub id or DatasetDict folder (default: train)")
+    p.add_argument("--dataset-fields", default=None,
+                   help="your field names, standard=yours, e.g. messages=dialog,role=speaker,content=text,assistant=bot")
+    p.add_argument("--chat-template", default=None,
+                   help="Jinja chat template file for chat data (default: the tokenizer's own)")
+    pk = p.add_mutually_exclusive_group()
+    pk.add_argument("--packing", dest="packing", action="store_true", default=None,
+                    help="concatenate examples into rows of exactly --seq-len tokens, per-example position_ids "
+                         "(default: on when the model's attention keeps packed examples apart)")
+    pk.add_argument("--no-packing", dest="packing", action="store_false",
+                    help="one example per row, padded to the longest row of its micro batch")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=3, help="ZeRO stage")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default="none", help="optimizer states to cpu/nvme")
     p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default="none", help="parameters to cpu/nvme (ZeRO-3)")
     p.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")
     p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per forward/backward")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
-    p.add_argument("--seq-len", type=int, default=128, help="truncate examples to this many tokens")
+    p.add_argument("--seq-len", type=int, default=128,
+                   help="tokens per row: packed rows hold exactly this many; without packing, examples are cut to it")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW; 3e-3 suits the tiny models)")
     p.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: 5%% of max steps)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
@@ -109,7 +126,10 @@ def validate_args(args) -> list[str]:
 def run_fingerprint(args) -> dict:
     """What must match for ``--resume`` to continue the same run."""
     return {"model": str(args.model), "dataset": str(args.dataset or "shipped"), "seq_len": args.seq_len,
-            "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "seed": args.seed}
+            "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "seed": args.seed,
+            "packing": getattr(args, "packing", None), "dataset_split": getattr(args, "dataset_split", None),
+            "dataset_fields": getattr(args, "dataset_fields", None),
+            "chat_template": getattr(args, "chat_template", None)}
 
 
 def check_output_dir(args, world_size: int) -> list[str]:
@@ -145,15 +165,17 @@ def resolve_tokenizer_path(args) -> str | None:
     return None  # the shipped tokenizer
 
 
-def validate_inputs(args, world_size: int) -> dict:
+def validate_inputs(args, world_size: int, keep_data: bool = False) -> dict:
     """Everything that can be checked before launching: options, model, tokenizer, data, output folder.
 
-    Returns facts for the log (examples, truncated count, vocabulary sizes).
+    Returns facts for the log (examples, rows, truncated count, vocabulary sizes); with ``keep_data``
+    also ``tokenizer`` and ``data`` (the examples tokenized whole, for :func:`cookbook.data.make_rows`).
+    The rows are counted as they will be built with ``--packing`` (on unless ``--no-packing``).
 
     Raises:
         TrainInputError: naming the option, the value and the fix.
     """
-    from .data import DataError, load_records, load_tokenizer, tokenize
+    from .data import DataError, load_records, load_tokenizer, make_rows, tokenize
     from .models import ModelNotFoundError, model_spec
     problems = validate_args(args) + check_output_dir(args, world_size)
     if problems:
@@ -163,9 +185,13 @@ def validate_inputs(args, world_size: int) -> dict:
     except ModelNotFoundError as exc:
         raise TrainInputError(str(exc)) from None
     try:
-        tok = load_tokenizer(resolve_tokenizer_path(args), args.trust_remote_code)
-        records = load_records(args.dataset)
-        data = tokenize(records, tok, args.seq_len)
+        tok = load_tokenizer(resolve_tokenizer_path(args), args.trust_remote_code,
+                             chat_template=getattr(args, "chat_template", None))
+        records = load_records(args.dataset, fields=getattr(args, "dataset_fields", None),
+                               split=getattr(args, "dataset_split", None))
+        data = tokenize(records, tok, args.seq_len, packing=True)
+        rows = make_rows(data, args.seq_len, packing=getattr(args, "packing", None) is not False, seed=args.seed,
+                         pad_id=tok.pad_token_id)
     except DataError as exc:
         raise TrainInputError(str(exc)) from None
     if len(tok) > spec.vocab_size:
@@ -173,9 +199,13 @@ def validate_inputs(args, world_size: int) -> dict:
             f"--tokenizer: its vocabulary has {len(tok)} tokens but the model's embedding has {spec.vocab_size}; "
             "token ids past the embedding would crash; use the tokenizer that belongs to the model")
     global_batch = args.micro_batch * args.grad_accum * world_size
-    return {"examples": len(data), "truncated": data.num_truncated, "tokenizer_vocab": len(tok),
-            "model_vocab": spec.vocab_size, "num_params": spec.num_params, "global_batch": global_batch,
-            "epochs": round(args.max_steps * global_batch / len(data), 2)}
+    facts = {"examples": len(data), "truncated": rows.cut, "rows": len(rows), "format": records.format,
+             "format_description": records.describe(), "longer_than_seq_len": data.num_longer,
+             "tokenizer_vocab": len(tok), "model_vocab": spec.vocab_size, "num_params": spec.num_params,
+             "global_batch": global_batch, "epochs": round(args.max_steps * global_batch / len(rows), 2)}
+    if keep_data:
+        facts.update(tokenizer=tok, data=data)
+    return facts
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,12 +419,13 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from . import checkpoint as ckpt
-    from .data import collate, load_records, load_tokenizer, sample_order, tokenize
+    from .data import make_rows, packing_attention, sample_order
     from .models import model_spec, resolve_model_path
 
     # Before Accelerate enables ZeRO-3 init (which would hook the meta-device model count too).
     expected = int(os.environ.get("WORLD_SIZE", "1"))
-    facts = validate_inputs(args, expected)
+    facts = validate_inputs(args, expected, keep_data=True)
+    tok, tokenized = facts.pop("tokenizer"), facts.pop("data")
 
     # On a CPU-only machine Accelerate finds no backend for the device and each rank would run alone
     # (num_processes reads 1): ask for gloo explicitly so the world is real.
@@ -411,13 +442,6 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     ds_config = plugin.deepspeed_config
     out = Path(args.output_dir)
     set_seed(args.seed)
-
-    # ---- data -------------------------------------------------------------------------------
-    tok = load_tokenizer(resolve_tokenizer_path(args), args.trust_remote_code)
-    data = tokenize(load_records(args.dataset), tok, args.seq_len)
-    _print_rank0(accelerator, f"[data] {len(data)} examples, truncated to --seq-len {args.seq_len}: "
-                 f"{data.num_truncated} example(s) were longer and got cut; global batch {facts['global_batch']} "
-                 f"sequences, {facts['epochs']} epochs over {args.max_steps} steps")
 
     # ---- model ------------------------------------------------------------------------------
     spec = model_spec(str(args.model), args.trust_remote_code)
@@ -446,6 +470,29 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+
+    # ---- data: packed rows, or one example per row ---------------------------------------------
+    attention = packing_attention(model)
+    if args.packing is None:
+        packing = attention["within_examples"]
+        why = ("default: the attention keeps packed examples apart" if packing else
+               "default off: the attention would let packed examples see each other; --packing packs anyway")
+    else:
+        packing = bool(args.packing)
+        why = "--packing" if packing else "--no-packing"
+    data = make_rows(tokenized, args.seq_len, packing=packing, seed=args.seed, pad_id=tok.pad_token_id)
+    flatten = packing and attention["flatten"]
+    facts.update(rows=len(data), truncated=data.cut,
+                 epochs=round(args.max_steps * facts["global_batch"] / len(data), 2))
+    _print_rank0(accelerator, f"[data] {args.dataset or 'shipped data/chats.jsonl'}: {facts['examples']:,} examples, "
+                 f"{facts['format_description']}; {data.describe()} ({why})")
+    _print_rank0(accelerator, f"[data] global batch {facts['global_batch']} rows of {args.seq_len} token slots, "
+                 f"{facts['epochs']} epochs over {args.max_steps} steps")
+    _print_rank0(accelerator, "[attention] " + (attention["how"] if packing else
+                 f"{attention['implementation']}: no packing, one example per row; padding is masked by attention_mask"))
+    if packing and not attention["within_examples"]:
+        _print_rank0(accelerator, "[attention] WARNING: packed examples attend to the earlier examples of their row "
+                     "(position_ids restart per example, but the mask does not separate them)")
 
     optimizer = DummyOptim(model.parameters()) if "optimizer" in ds_config else torch.optim.AdamW(model.parameters(), lr=args.lr)
     scheduler = DummyScheduler(optimizer) if "scheduler" in ds_config else None
@@ -495,7 +542,6 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     # ---- train ------------------------------------------------------------------------------
     device = accelerator.device
     G, B = args.grad_accum, args.micro_batch
-    flops_tok = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, args.seq_len)
     device_name = torch.cuda.get_device_name(local_rank) if cuda else None
     peak = peak_tflops(device_name)
     engine.train()
@@ -520,36 +566,51 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        losses, tokens = [], 0
+        losses, tokens, slots, row_max, width_max, mb_max = [], 0, 0, 0, 0, 0
         _inject_fault(step + 1, accelerator.process_index)
         for micro in range(G):
             idx = sample_order(len(data), args.seed, step, micro, accelerator.process_index, B, G, world)
-            batch = collate([data.input_ids[i] for i in idx], [data.labels[i] for i in idx], tok.pad_token_id)
+            batch = data.batch(idx, tok.pad_token_id, flatten=flatten)
             batch = {k: v.to(device) for k, v in batch.items()}
             with accelerator.accumulate(engine):
                 loss = engine(**batch).loss
                 accelerator.backward(loss)
             losses.append(loss.detach().float())
-            tokens += int(batch["attention_mask"].sum())
+            real = [data.real_tokens[i] for i in idx]
+            tokens += sum(real)
+            slots += batch["input_ids"].numel()
+            row_max, mb_max = max(row_max, max(real)), max(mb_max, sum(real))
+            width_max = max(width_max, batch["input_ids"].numel() // len(idx))
         if cuda:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        stats = torch.stack([torch.stack(losses).mean(), torch.tensor(float(tokens), device=losses[0].device)])
+        stats = torch.stack([torch.stack(losses).mean(), torch.tensor(float(tokens), device=losses[0].device),
+                             torch.tensor(float(slots), device=losses[0].device)])
         stats = accelerator.reduce(stats.to(device), reduction="sum")
+        maxes = torch.tensor([float(row_max), float(width_max), float(mb_max)], device=device)
+        if dist.is_initialized():
+            dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
         loss_mean = float(stats[0]) / world
-        global_tokens = float(stats[1])
+        global_tokens, global_slots = float(stats[1]), float(stats[2])
+        rows_run = B * G * world
         grad_norm = engine.get_global_grad_norm()
         grad_norm = float(grad_norm) if grad_norm is not None else None
         lr = engine.get_lr()[0] if hasattr(engine, "get_lr") else args.lr
         tps = global_tokens / dt
+        # MFU for the rows that ran: the attention term of 6N + 12·L·h·s with s = the mean row width computed
+        flops_tok = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, global_slots / rows_run)
         tflops = tps * flops_tok / world / 1e12
         row = {"step": step + 1, "loss": round(loss_mean, 6), "lr": lr, "grad_norm": grad_norm,
-               "tokens_per_s": round(tps, 2), "samples_per_s": round(B * G * world / dt, 3),
+               "tokens_per_s": round(tps, 2), "samples_per_s": round(rows_run / dt, 3),
                "step_time_s": round(dt, 4), "tflops": round(tflops, 4) if cuda else None,
                "mfu": round(tflops / peak, 5) if (cuda and peak) else None,
                "peak_gpu_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
                "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
-               "host_rss_gib": round(host_rss_gib(), 3)}
+               "host_rss_gib": round(host_rss_gib(), 3),
+               "real_tokens": int(global_tokens), "token_slots": int(global_slots),
+               "packing_efficiency": round(global_tokens / global_slots, 5) if global_slots else None,
+               "row_tokens_mean": round(global_tokens / rows_run, 2), "row_tokens_max": int(maxes[0]),
+               "row_width_max": int(maxes[1]), "micro_batch_tokens_max": int(maxes[2])}
         rows.append(row)
         if accelerator.is_main_process:
             with open(out / "metrics.jsonl", "a") as f:
@@ -571,7 +632,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     verification = None
     if finished and args.final_save and args.verify_save != "off":
         verification = verify_saved_model(accelerator, engine, ckpt_root / ckpt.step_name(last_step) / "hf",
-                                          data, tok, dtype, full=args.verify_save == "full")
+                                          data, tok, dtype, full=args.verify_save == "full", flatten=flatten)
         if accelerator.is_main_process:
             import shutil
             final_model = out / "final_model"
@@ -588,6 +649,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                                         "gpu_reserved": torch.cuda.max_memory_reserved() / GIB if cuda else None})
     if accelerator.is_main_process:
         all_rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+        facts.update(packing=packing, packing_reason=why, attention=attention, rows_stats=data.stats())
         write_summary(out, args, all_rows, world, ds_config, shares, part, host_peaks, facts, spec,
                       gradient_checkpointing, precision, finished, resumed_from, verification, device_name)
     accelerator.wait_for_everyone()
@@ -602,25 +664,25 @@ def socket_name() -> str:
     return socket.gethostname()
 
 
-def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full: bool = True) -> dict:
+def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full: bool = True,
+                       flatten: bool = False) -> dict:
     """Reload the saved 16-bit model and prove it is the trained one.
 
     Checks every tensor has its full shape (an empty placeholder — a model saved under ZeRO-3
     without gathering — has zero elements) and, when ``full``, compares the logits of the reloaded
-    model with the live engine's on a fixed batch (the first 2 training examples).
+    model with the live engine's on a fixed batch (the first 2 training rows, packed or not, as trained).
     Collective: every rank must call it. Returns the record stored in the summary.
     """
     import torch
     from transformers import AutoModelForCausalLM
-    from .data import collate
 
-    batch = collate(data.input_ids[:2], data.labels[:2], tok.pad_token_id)
+    batch = data.batch(list(range(min(2, len(data)))), tok.pad_token_id, flatten=flatten)
+    batch.pop("labels")
     live = None
     if full:
         engine.eval()
         with torch.no_grad():
-            live = engine(input_ids=batch["input_ids"].to(accelerator.device),
-                          attention_mask=batch["attention_mask"].to(accelerator.device)).logits.float().cpu()
+            live = engine(**{k: v.to(accelerator.device) for k, v in batch.items()}).logits.float().cpu()
         engine.train()
     record = None
     if accelerator.is_main_process:
@@ -639,7 +701,7 @@ def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full
                   "weights_bytes": size, "ok": not empty and not mismatched}
         if full:
             with torch.no_grad():
-                again = reloaded(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+                again = reloaded(**batch).logits.float()
             diff = float((again - live).abs().max())
             scale = float(live.abs().max()) or 1.0
             tol = 1e-3 if dtype == torch.float32 else 5e-2
@@ -669,6 +731,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
                 "peak_gpu_reserved_gib": max(gpu_res) if gpu_res else None,
                 "host_peak_gib": max(peaks_by_host.values())}
     zero = ds_config.get("zero_optimization", {})
+    shape = shape_that_ran(rows, args, world)
     summary = {
         "status": "ok" if finished and (verification is None or verification.get("ok")) else
                   ("stopped" if not finished else "save_verification_failed"),
@@ -687,6 +750,9 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "device": device_name or "cpu",
         "model": str(args.model), "num_params": spec.num_params, "dataset": str(args.dataset or "shipped"),
         "seq_len": args.seq_len, "examples": facts["examples"], "truncated_examples": facts["truncated"],
+        "format": facts.get("format"), "packing": facts.get("packing"), "packing_reason": facts.get("packing_reason"),
+        "attention": facts.get("attention"), "rows": facts.get("rows_stats"),
+        **shape,
         "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "global_batch": facts["global_batch"],
         "zero_stage": zero.get("stage", 0),
         "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none") if zero else "none",
@@ -697,15 +763,52 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "deepspeed_config": ds_config,
     }
     summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,
-                                               device_name is None))
+                                               device_name is None, shape=shape))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
 
-def estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured, on_cpu) -> dict:
+def shape_that_ran(rows: list, args, world: int) -> dict:
+    """The batch shape that actually ran, from the per-step metrics.
+
+    ``row_tokens_mean``/``row_tokens_max``: real (not padding) tokens per row; ``row_width_max``: the
+    widest row tensor (``seq_len`` when packed, the longest row of a micro batch otherwise);
+    ``tokens_per_micro_batch_mean``/``_max``: real tokens per micro batch per rank;
+    ``packing_efficiency``: real tokens / token slots over the whole run; ``row_note``: a sentence
+    when rows were shorter than ``--seq-len`` (every throughput number is for those rows), else None.
+    """
+    have = [r for r in rows if r.get("real_tokens") is not None]
+    if not have:
+        return {"row_tokens_mean": None, "row_tokens_max": None, "row_width_max": None,
+                "tokens_per_micro_batch_mean": None, "tokens_per_micro_batch_max": None,
+                "packing_efficiency": None, "row_note": None}
+    real = sum(r["real_tokens"] for r in have)
+    slots = sum(r["token_slots"] for r in have)
+    rows_run = len(have) * args.micro_batch * args.grad_accum * world
+    mean = real / rows_run
+    out = {"row_tokens_mean": round(mean, 2), "row_tokens_max": max(r["row_tokens_max"] for r in have),
+           "row_width_max": max(r["row_width_max"] for r in have),
+           "tokens_per_micro_batch_mean": round(real / (len(have) * args.grad_accum * world), 1),
+           "tokens_per_micro_batch_max": max(r["micro_batch_tokens_max"] for r in have),
+           "packing_efficiency": round(real / slots, 5) if slots else None, "row_note": None}
+    if mean < 0.99 * args.seq_len:
+        out["row_note"] = (f"rows held {mean:.0f} real tokens on average (longest {out['row_tokens_max']}) of --seq-len "
+                           f"{args.seq_len}: tokens/s, MFU and memory are for these rows, not {args.seq_len}-token rows")
+    return out
+
+
+def estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured, on_cpu,
+                                shape: dict | None = None) -> dict:
     """The memory estimator's prediction for this run (with the run's own DeepSpeed config, so its
-    bucket sizes count) next to what was measured."""
+    bucket sizes count) next to what was measured — for the batch shape that ran: micro batch ×
+    the widest row tensor that ran (``shape['row_width_max']``; ``--seq-len`` when packed), which is
+    what sets the activation peak. ``estimate_shape`` says which shape was estimated and why."""
     zero = ds_config.get("zero_optimization") or {}
+    width = (shape or {}).get("row_width_max") or args.seq_len
+    basis = {"micro_batch": args.micro_batch, "seq_len": width,
+             "basis": (f"rows of {width} tokens, as run (packed rows of --seq-len)" if width == args.seq_len else
+                       f"the widest row that ran ({width} tokens; --seq-len {args.seq_len} was asked for, rows were "
+                       f"shorter: mean {(shape or {}).get('row_tokens_mean')} real tokens)")}
     try:
         from .memory import compare, estimate
         from .plan import Plan
@@ -713,7 +816,7 @@ def estimate_beside_measurement(args, world, ds_config, precision, gradient_chec
         return {"estimate": None, "estimate_vs_measured": None}
     try:
         plan = Plan(model=str(args.model), num_gpus=world, gpu_memory_gib=args.emulate_gpu_memory_gib or 24.0,
-                    seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
+                    seq_len=width, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
                     precision=precision, zero_stage=zero.get("stage", 0) if zero else 0,
                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
                     gradient_checkpointing=bool(gradient_checkpointing), nvme_path=args.nvme_path)
@@ -726,9 +829,11 @@ def estimate_beside_measurement(args, world, ds_config, precision, gradient_chec
             kwargs.pop("device", None)
             est = estimate(plan, **kwargs)
         table = compare(est, measured)
-        return {"estimate": est.to_dict(), "estimate_vs_measured": json.loads(table.to_json(orient="records"))}
+        return {"estimate": est.to_dict(), "estimate_vs_measured": json.loads(table.to_json(orient="records")),
+                "estimate_shape": basis}
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
-        return {"estimate": None, "estimate_vs_measured": None, "estimate_error": f"{type(exc).__name__}: {exc}"}
+        return {"estimate": None, "estimate_vs_measured": None, "estimate_shape": basis,
+                "estimate_error": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":

@@ -210,6 +210,9 @@ def test_output_dir_that_is_a_file_refused(tmp_path):
     (dict(lr=-1.0), "--lr"),
     (dict(dataset="/nonexistent/data.jsonl"), "not found"),
     (dict(tokenizer="/nonexistent/tok"), "tokenizer"),
+    (dict(dataset_fields="messages=dialog"), "--dataset-fields maps messages=dialog"),
+    (dict(chat_template="/nonexistent/t.jinja"), "--chat-template"),
+    (dict(dataset="nobody/not-cached"), "never downloads"),
 ])
 def test_bad_training_input_refused_with_named_field(tmp_path, kwargs, field):
     res = launch(plan(), tmp_path / "run", progress=False, **kwargs)

@@ -232,19 +232,24 @@ def _reference_configs() -> dict[str, dict]:
 REFERENCE_CONFIGS = _reference_configs()
 
 
-def _calibration_cases():
+def _calibration_cases(which: str):
+    """Points of one set: ``fit`` (the estimator's fitted terms were chosen to match them) or ``held_out``
+    (measured after the fit at shapes no fitting point has; the estimator's honest accuracy)."""
     cases = []
     for f in sorted((REPO / "data" / "calibration").glob("*.json")):
         data = json.loads(f.read_text())
         for p in data["points"]:
-            cases.append(pytest.param(data, p, id=p["name"]))
+            assert p.get("set") in ("fit", "held_out"), f"{f.name}: {p['name']} has no set"
+            if p["set"] == which:
+                cases.append(pytest.param(data, p, id=p["name"]))
     return cases
 
 
 def _spec(data, name):
     if name in data:
         return ModelSpec(name=name, path="", source="calibration", has_weights=False, tie_word_embeddings=False,
-                         model_type="llama", **data[name])
+                         model_type=data[name].get("model_type", "llama"),
+                         **{k: v for k, v in data[name].items() if k != "model_type"})
     return model_spec(name)
 
 
@@ -269,10 +274,38 @@ def _check_against_measurement(e, m, plan):
     return table
 
 
-@pytest.mark.parametrize("data,point", _calibration_cases())
+@pytest.mark.parametrize("data,point", _calibration_cases("fit"))
 def test_calibration_points(data, point):
+    _check_point(data, point)
+
+
+@pytest.mark.parametrize("data,point", _calibration_cases("held_out"))
+def test_held_out_calibration_points(data, point):
+    # the same ±15% on points the estimator was not fitted to (none committed until the GPU runs of issue 13)
+    _check_point(data, point)
+
+
+def test_accuracy_report_keeps_the_sets_apart():
+    sys.path.insert(0, str(REPO))  # benchmarks/ is not an installed package
+    from benchmarks.calibration import accuracy, summary
+    df = accuracy()
+    fit = [p for c in _calibration_cases("fit") for p in [c.values[1]]]
+    held = [p for c in _calibration_cases("held_out") for p in [c.values[1]]]
+    assert set(df.loc[df["set"] == "fit", "point"]) == {p["name"] for p in fit}
+    assert set(df.loc[df["set"] == "held_out", "point"]) == {p["name"] for p in held}
+    # one error recomputed by hand: (estimate − measured) / measured of the LLaMA-7B full-offload host peak
+    row = df[(df["point"] == "6.74e9 ZeRO-3 opt+param->cpu 8x2 bf16 states") & (df["quantity"] == "host RSS (peak)")]
+    est = row["estimate GiB"].item()
+    assert row["error %"].item() == pytest.approx(100 * (est - 102.2) / 102.2, abs=0.05)
+    s = summary(df).set_index(["set", "quantity"])
+    assert s.loc[("fit", "host RSS (peak)"), "points"] == sum(1 for p in fit if p["measured"].get("host_peak_gib"))
+
+
+def _check_point(data, point):
     plan = Plan(**point["plan"])
-    cfg = REFERENCE_CONFIGS.get(point["name"].split(":")[0])  # None: DeepSpeed's defaults (plain-script runs)
+    # the run's own config when the point carries it, else the reference rung's, else None: DeepSpeed's
+    # defaults (plain-script runs)
+    cfg = point.get("deepspeed_config") or REFERENCE_CONFIGS.get(point["name"].split(":")[0])
     e = estimate(plan, bf16_states=point["bf16_states"], spec=_spec(data, point["spec"]), device=point["device"],
                  ds_config=cfg)
     if point["ran"]:

@@ -14,11 +14,16 @@ from cookbook.plan import Plan
 pytestmark = pytest.mark.slow
 
 METRIC_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "tflops", "mfu",
-                 "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_rss_gib"}
+                 "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_rss_gib", "real_tokens", "token_slots",
+                 "packing_efficiency", "row_tokens_mean", "row_tokens_max", "row_width_max"}
 SUMMARY_FIELDS = {"status", "world_size", "steps", "first_loss", "last_loss", "tokens_per_s", "peak_gpu_gib",
-                  "host_peak_gib", "deepspeed_config", "zero_partition", "estimate", "estimate_vs_measured"}
+                  "host_peak_gib", "deepspeed_config", "zero_partition", "estimate", "estimate_vs_measured",
+                  "packing", "attention", "row_tokens_mean", "row_tokens_max", "tokens_per_micro_batch_mean",
+                  "tokens_per_micro_batch_max", "packing_efficiency", "estimate_shape"}
 #: Loss must fall by this fraction from the mean of the first 5 steps to the mean of the last 5 (40 steps,
-#: lr 3e-3, tiny-qwen2 from random weights: measured ~27% here; the issue asks >= 20% for the defaults).
+#: lr 3e-3, tiny-qwen2 from random weights). Today's default before packing (the Alpaca set, ~30-token rows):
+#: ~27%; the issue asks >= 20% for the defaults, and the same for the packed chat rows (128-token rows of the
+#: shipped chats, loss on assistant turns): measured 31% here (first-5 mean 7.55 -> last-5 mean 5.18).
 LOSS_DROP = 0.20
 
 
@@ -45,6 +50,12 @@ def test_each_zero_variant_trains_on_two_real_ranks(tmp_path, stage, opt, param)
     assert max(part["per_rank_numel"]) < 0.55 * part["full_numel"]
     assert 1 - s["last5_mean_loss"] / s["first5_mean_loss"] >= LOSS_DROP
     assert len(res.metrics) == 40 and METRIC_FIELDS <= set(res.metrics[0])
+    # the default: the shipped chats, packed into rows of exactly --seq-len tokens, attention within examples
+    assert s["format"] == "messages" and s["packing"] is True and s["attention"]["within_examples"]
+    assert s["row_width_max"] == 128 and s["row_tokens_max"] == 128 and s["row_tokens_mean"] >= 127
+    assert s["packing_efficiency"] >= 0.99 and s["tokens_per_micro_batch_max"] == 4 * 128
+    assert s["row_note"] is None and s["estimate_shape"]["seq_len"] == 128
+    assert all(r["token_slots"] == 2 * 4 * 128 for r in res.metrics)
     assert all(math.isfinite(r["loss"]) for r in res.metrics)
     assert s["peak_gpu_gib"] is None and s["host_peak_gib"] > 0.1
     assert s["deepspeed_config"]["zero_optimization"]["stage"] == stage
@@ -61,14 +72,23 @@ def test_saved_model_reloads_with_from_pretrained_and_matches_logits(tmp_path):
     from transformers import AutoModelForCausalLM
     from cookbook.data import collate, load_records, load_tokenizer, tokenize
 
-    res = launch(plan(zero_stage=3), tmp_path / "run", max_steps=6, progress=False, hang_timeout_s=300)
+    # the Alpaca set without packing: rows are single examples, shorter than --seq-len, and every number says so
+    from cookbook.models import INSTRUCTIONS_PATH
+    res = launch(plan(zero_stage=3), tmp_path / "run", max_steps=6, progress=False, hang_timeout_s=300,
+                 dataset=str(INSTRUCTIONS_PATH), packing=False)
     assert res.ok, res.message
+    s = res.summary
+    assert s["format"] == "alpaca" and s["packing"] is False and s["packing_reason"] == "--no-packing"
+    assert s["row_tokens_mean"] < 60 and s["row_width_max"] < 128 and s["row_note"].startswith("rows held")
+    assert f"of --seq-len 128" in res.message  # beside the tokens/s in the result message
+    assert s["estimate_shape"]["seq_len"] == s["row_width_max"]  # the estimate is for the rows that ran
+    assert all(r["real_tokens"] < r["token_slots"] <= 2 * 4 * r["row_width_max"] for r in res.metrics)
     final = Path(res.run_dir) / "final_model"
     model = AutoModelForCausalLM.from_pretrained(final)
     assert all(p.numel() > 0 for p in model.parameters())
     # independent check: the saved weights differ from a fresh random init of the same seed (they trained)
     tok = load_tokenizer()
-    data = tokenize(load_records(), tok, 128)
+    data = tokenize(load_records(INSTRUCTIONS_PATH), tok, 128)
     batch = collate(data.input_ids[:2], data.labels[:2], tok.pad_token_id)
     with torch.no_grad():
         loss_trained = model(**batch).loss.item()
