@@ -554,6 +554,14 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         progress: show a tqdm bar of steps with loss and tokens/s.
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
 
+    Process control (:mod:`cookbook.procs`): the run holds ``output_dir/run.lock`` while it runs (a
+    second live run there is refused with status ``config_error``; a stale lock is taken over with a
+    note on stderr) and is registered to this process: its launcher and ranks die with the thread that
+    called :func:`launch` — a killed or restarted notebook kernel included (Linux parent-death signal).
+    A ``KeyboardInterrupt`` (interrupting the kernel, Ctrl-C) stops the ranks and returns status
+    ``interrupted``; ``cookbook stop`` returns ``stopped``; both messages name the step reached and
+    the checkpoint ``resume=True`` continues from.
+
     Returns:
         :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error``.
     """
@@ -684,9 +692,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
 def _ended_message(run_dir: Path, ended_by: str) -> str:
     """The one line for a run ended by Ctrl-C or `cookbook stop`: the step reached and where
     ``--resume`` continues (metrics.jsonl is rewritten by rank 0 at the start of every launch)."""
-    from .procs import _metrics_rows, resume_hint
-    rows = _metrics_rows(run_dir)
-    where = f"at step {rows[-1]['step']}" if rows else "before the first step"
+    from .procs import metrics_rows, resume_hint
+    rows = metrics_rows(run_dir)
+    trained = STEP_PREFIX in _tail(run_dir / "logs" / "rank0.log")  # this launch's log: it trained a step
+    where = f"at step {rows[-1]['step']}" if rows and trained else "before its first step"
     how = "interrupted" if ended_by == "interrupted" else "stopped by `cookbook stop`"
     return f"{how} {where}; {resume_hint(run_dir)}"
 
@@ -793,24 +802,27 @@ def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> N
 
 
 def _interrupt_on_termination() -> None:
-    """In the CLI, SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does."""
+    """In the CLI, SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does; a signal already
+    ignored (``nohup`` ignores SIGHUP) stays ignored."""
     def handler(signum, frame):
         raise KeyboardInterrupt
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, handler)
 
 
-def _cli(args) -> int:
+def _cli_interruptible(args) -> int:
     """``cookbook train``/``launch``: a Ctrl-C anywhere ends in one line, never a traceback."""
     _interrupt_on_termination()
     try:
-        return _cli_run(args)
+        return _cli(args)
     except KeyboardInterrupt:
-        print("interrupted before launch: nothing ran", file=sys.stderr, flush=True)
+        print(f"interrupted; `cookbook status {args.output_dir}` shows the step reached and the checkpoint "
+              "`--resume` continues from", file=sys.stderr, flush=True)
         return 130
 
 
-def _cli_run(args) -> int:
+def _cli(args) -> int:
     precision = args.precision or default_precision()
     try:
         gc = args.gradient_checkpointing if args.gradient_checkpointing is not None else on_gpu_machine()
@@ -852,9 +864,9 @@ def register(subparsers) -> None:
                                   description="Fine-tune a model with Accelerate + DeepSpeed ZeRO; the DeepSpeed config "
                                               "is built from the options. Defaults: a CPU rehearsal of tiny-qwen2 on 2 ranks.")
     _add_launch_arguments(train, with_config=False)
-    train.set_defaults(func=_cli)
+    train.set_defaults(func=_cli_interruptible)
     lp = subparsers.add_parser("launch", help="like train, with your own DeepSpeed config (--config) or --dry-run",
                                description="Launch a run with your own DeepSpeed config (linted first), or write the "
                                            "run folder and print the command (--dry-run).")
     _add_launch_arguments(lp, with_config=True)
-    lp.set_defaults(func=_cli)
+    lp.set_defaults(func=_cli_interruptible)

@@ -272,10 +272,11 @@ def stop_popens(popens, grace_s: float = 10.0) -> None:
     except KeyboardInterrupt:
         pass
     for p in popens:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if p.poll() is None:  # an exited launcher's PID may belong to someone else by now
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _stop_live_runs() -> None:
@@ -504,7 +505,8 @@ def update_lock(run_dir, run_id: str, update) -> dict | None:
 # ----------------------------------------------------------------------------------------------
 # state of a run folder: cookbook status
 
-def _metrics_rows(run_dir: Path) -> list[dict]:
+def metrics_rows(run_dir: Path) -> list[dict]:
+    """The rows of ``run_dir/metrics.jsonl`` (a line being written is skipped)."""
     rows = []
     try:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -551,7 +553,7 @@ def run_state(run_dir) -> dict:
     run_dir = Path(run_dir).resolve()
     info = read_lock(run_dir)
     live, why = lock_liveness(info) if info else (False, None)
-    rows = _metrics_rows(run_dir)
+    rows = metrics_rows(run_dir)
     last = rows[-1] if rows else None
     max_steps = None
     try:
