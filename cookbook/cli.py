@@ -8,8 +8,8 @@ import importlib
 import sys
 
 #: subcommand modules, in the order shown by --help
-MODULES = ("cookbook.launch", "cookbook.dsconfig", "cookbook.lint", "cookbook.memory", "cookbook.env",
-           "cookbook.runall", "cookbook.checkpoint")
+MODULES = ("cookbook.launch", "cookbook.procs", "cookbook.dsconfig", "cookbook.lint", "cookbook.memory",
+           "cookbook.env", "cookbook.runall", "cookbook.checkpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:

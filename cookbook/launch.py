@@ -15,7 +15,13 @@ DeepSpeed on several GPUs cannot run inside a notebook kernel, so :func:`launch`
    output to ``logs/rank{N}.log``; the launcher's own output goes to ``logs/launcher.log``;
 5. a watchdog stops the whole process group when rank 0 prints nothing for ``hang_timeout_s``;
 6. returns a :class:`RunResult` whose ``status`` is ``ok``, ``gpu_oom``, ``host_oom``, ``hang``,
-   ``config_error``, ``failed`` (or ``dry_run``) with a message in plain words.
+   ``config_error``, ``failed``, ``interrupted`` (Ctrl-C), ``stopped`` (``cookbook stop``) (or
+   ``dry_run``) with a message in plain words.
+
+Process control (:mod:`cookbook.procs`): the ranks die with the process that called :func:`launch`
+whatever kills it, SIGKILL and a Jupyter kernel restart included (the Linux parent-death signal at
+every link, plus a parent watch in each rank); ``OUTPUT_DIR/run.lock`` refuses a second live run in
+the folder; ``cookbook status DIR`` and ``cookbook stop DIR`` read and stop a live run.
 
 Accelerate refuses ``mixed_precision`` and ``zero3_save_16bit_model`` among the DeepSpeed
 fields of its config file when ``deepspeed_config_file`` is set (``DeepSpeedPlugin.
@@ -42,7 +48,7 @@ from .hardware import free_port, on_gpu_machine
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, validate_inputs
 
-STATUSES = ("ok", "gpu_oom", "host_oom", "hang", "config_error", "failed", "dry_run")
+STATUSES = ("ok", "gpu_oom", "host_oom", "hang", "config_error", "failed", "interrupted", "stopped", "dry_run")
 GIB = 2 ** 30
 
 #: Exceptions that follow another rank's failure (peers losing their connection, the launcher's
@@ -433,6 +439,10 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
             return "gpu_oom", msg, {"rank": rank, "tried_to_allocate_gib": gib, "estimate_gpu_gib": gpu_est,
                                     "traceback": tb}
     killed = re.search(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,2}?[^\n]*exitcode\s*:\s*-9", launcher)
+    if returncode in (-9, 137) and not killed and not re.search(r"exitcode\s*:\s*-9|Signal 9 \(SIGKILL\)", launcher):
+        return "failed", ("the launcher (accelerate launch) itself was killed by signal 9 (SIGKILL): by hand (`kill -9`) "
+                          "or by the kernel's OOM killer (`dmesg | grep -i oom`); its ranks ended with it (parent-death "
+                          "signal, cookbook.procs)"), {"signal": 9}
     if killed or re.search(r"exitcode\s*:\s*-9|Signal 9 \(SIGKILL\)", launcher) or returncode in (-9, 137):
         rank = int(killed.group(1)) if killed else None
         msg = (f"rank {rank if rank is not None else '?'} was killed by signal 9 (SIGKILL). That is almost always the "
@@ -552,6 +562,14 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             defaults of :class:`Plan` and of this function). ``cookbook launch`` passes the options typed.
         names: how messages name each field (``cookbook launch`` passes its flags); default: the Python names.
 
+    Process control (:mod:`cookbook.procs`): the run holds ``output_dir/run.lock`` while it runs (a
+    second live run there is refused with status ``config_error``; a stale lock is taken over with a
+    note on stderr) and is registered to this process: its launcher and ranks die with the thread that
+    called :func:`launch` — a killed or restarted notebook kernel included (Linux parent-death signal).
+    A ``KeyboardInterrupt`` (interrupting the kernel, Ctrl-C) stops the ranks and returns status
+    ``interrupted``; ``cookbook stop`` returns ``stopped``; both messages name the step reached and
+    the checkpoint ``resume=True`` continues from.
+
     Returns:
         :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error``.
     """
@@ -577,6 +595,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if raise_on_error:
             r.raise_for_status()
         return r
+
+    # 0. one live run per folder: refuse before anything is written into a live run's folder
+    from .procs import busy_message
+    busy = busy_message(run_dir)
+    if busy:
+        return result("config_error", busy, command="")
 
     # 1. the user's config: every "auto" filled from the plan as the HF Trainer / Accelerate fill it; its own
     #    values decide what the user did not state, and disagree with what they did (an error naming both)
@@ -648,16 +672,31 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return result("dry_run", "run folder written; the command was not run." + note, command=command,
                       findings=findings, estimate=est)
 
-    # 4. run
-    log_dir = run_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    for old in log_dir.glob("*.log"):
-        old.unlink()
-    child, added = child_env(plan, env, log_dir=log_dir)
-    stale = clear_stale_build_locks()
-    startup = startup_timeout_s if startup_timeout_s is not None else max(hang_timeout_s, 600.0)
-    returncode, hung = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress, max_steps, startup)
-    status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est)
+    # 4. run, holding the folder's lock (procs.RunLock)
+    from .procs import RunBusyError, RunLock, RUN_ID_ENV
+    try:
+        lock = RunLock.acquire(run_dir, launch_command=command)
+    except RunBusyError as exc:
+        return result("config_error", str(exc), command=command, findings=findings, estimate=est)
+    if lock.note:
+        print(lock.note, file=sys.stderr, flush=True)
+    try:
+        log_dir = run_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for old in log_dir.glob("*.log"):
+            old.unlink()
+        child, added = child_env(plan, env, log_dir=log_dir)
+        child[RUN_ID_ENV] = lock.run_id
+        stale = clear_stale_build_locks()
+        startup = startup_timeout_s if startup_timeout_s is not None else max(hang_timeout_s, 600.0)
+        returncode, hung, ended_by = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress,
+                                                    max_steps, startup, lock=lock)
+    finally:
+        lock.release()
+    if ended_by:
+        status, message, details = ended_by, _ended_message(run_dir, ended_by), {}
+    else:
+        status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     metrics_path = run_dir / "metrics.jsonl"
@@ -671,9 +710,23 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                   log_paths=logs, findings=findings, estimate=est, details=details)
 
 
+def _ended_message(run_dir: Path, ended_by: str) -> str:
+    """The one line for a run ended by Ctrl-C or `cookbook stop`: the step reached and where
+    ``--resume`` continues (metrics.jsonl is rewritten by rank 0 at the start of every launch)."""
+    from .procs import metrics_rows, resume_hint
+    rows = metrics_rows(run_dir)
+    trained = STEP_PREFIX in _tail(run_dir / "logs" / "rank0.log")  # this launch's log: it trained a step
+    where = f"at step {rows[-1]['step']}" if rows and trained else "before its first step"
+    how = "interrupted" if ended_by == "interrupted" else "stopped by `cookbook stop`"
+    return f"{how} {where}; {resume_hint(run_dir)}"
+
+
 def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress: bool,
-                   max_steps: int, startup_timeout_s: float) -> tuple[int | None, bool]:
-    """Run the launcher(s) in new process groups; stream rank 0's steps; stop everything on a hang."""
+                   max_steps: int, startup_timeout_s: float, lock=None) -> tuple[int | None, bool, str | None]:
+    """Run the launcher(s) in new process groups, each dying with this thread (parent-death signal,
+    :mod:`cookbook.procs`); stream rank 0's steps; keep ``lock``'s heartbeat; stop everything on a
+    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None)."""
+    from .procs import child_command, kill_run, register_live, unregister_live
     bar = None
     if progress:
         from tqdm.std import tqdm  # text, not a widget: the executed notebook keeps the final line
@@ -682,13 +735,20 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
     # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
     commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
                 else c for c in commands]
-    procs = [subprocess.Popen(c, env=env, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True)
-             for c in commands]
     rank0 = log_dir / "rank0.log"
-    offset, last_activity, hung, buffer, stepped = 0, time.time(), False, "", False
+    offset, last_activity, hung, buffer, stepped, ended_by = 0, time.time(), False, "", False, None
+    procs = []
     try:
+        for c in commands:
+            procs.append(subprocess.Popen(child_command(c), env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        if lock is not None:
+            register_live(lock.run_id, procs)
+            lock.update(launcher_pids=[p.pid for p in procs])
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
+            if lock is not None:
+                lock.beat()
             if rank0.is_file():
                 size = rank0.stat().st_size
                 if size > offset:
@@ -718,36 +778,26 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
         # launcher of several machines may leave the others waiting for the failed one
         if not hung and any(p.returncode not in (0, None) for p in procs):
             _stop(procs, grace_s=30)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C (the CLI also turns SIGTERM/SIGHUP into this): stop, report, no traceback
+        ended_by = "interrupted"
         _stop(procs)
-        raise
     finally:
         if bar is not None:
             bar.close()
         launcher_log.close()
+        if lock is not None:  # the sweep: nothing of this run outlives it
+            kill_run(lock.run_id)
+            unregister_live(lock.run_id)
     codes = [p.wait() for p in procs]
-    return next((c for c in codes if c != 0), 0), hung
+    if ended_by is None and lock is not None and lock.stop_requested():
+        ended_by = "stopped"
+    return next((c for c in codes if c != 0), 0), hung, ended_by
 
 
 def _stop(procs, grace_s: float = 10.0) -> None:
-    """SIGTERM each process group, then SIGKILL what is left after ``grace_s``."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.time() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """SIGTERM each process group, then SIGKILL what is left after ``grace_s`` (a second Ctrl-C: at once)."""
+    from .procs import stop_popens
+    stop_popens(procs, grace_s)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -770,6 +820,27 @@ def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> N
     if with_config:
         p.add_argument("--config", default=None, help="your own DeepSpeed JSON (linted before launch)")
         p.add_argument("--dry-run", action="store_true", help="write the run folder and print the command only")
+
+
+def _interrupt_on_termination() -> None:
+    """In the CLI, SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does; a signal already
+    ignored (``nohup`` ignores SIGHUP) stays ignored."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, handler)
+
+
+def _cli_interruptible(args) -> int:
+    """``cookbook train``/``launch``: a Ctrl-C anywhere ends in one line, never a traceback."""
+    _interrupt_on_termination()
+    try:
+        return _cli(args)
+    except KeyboardInterrupt:
+        print(f"interrupted; `cookbook status {args.output_dir}` shows the step reached and the checkpoint "
+              "`--resume` continues from", file=sys.stderr, flush=True)
+        return 130
 
 
 def _cli(args) -> int:
@@ -798,6 +869,9 @@ def _cli(args) -> int:
                      stated=stated, names=getattr(args, "_names", None),
                      packing=args.packing, dataset_split=args.dataset_split, dataset_fields=args.dataset_fields,
                      chat_template=args.chat_template)
+    if res.status in ("interrupted", "stopped") and not args.json:
+        print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
+        return 130 if res.status == "interrupted" else 143
     if args.json:
         print(json.dumps({"status": res.status, "message": res.message, "run_dir": res.run_dir,
                           "command": res.command, "duration_s": res.duration_s, "summary": res.summary,
@@ -810,7 +884,7 @@ def _cli(args) -> int:
             print(res.details["traceback"], file=sys.stderr)
         if res.log_paths:
             print("logs: " + ", ".join(f"{k}={v}" for k, v in res.log_paths.items()))
-    return {"ok": 0, "dry_run": 0, "config_error": 2}.get(res.status, 1)
+    return {"ok": 0, "dry_run": 0, "config_error": 2, "interrupted": 130, "stopped": 143}.get(res.status, 1)
 
 
 def register(subparsers) -> None:
@@ -818,9 +892,9 @@ def register(subparsers) -> None:
                                   description="Fine-tune a model with Accelerate + DeepSpeed ZeRO; the DeepSpeed config "
                                               "is built from the options. Defaults: a CPU rehearsal of tiny-qwen2 on 2 ranks.")
     _add_launch_arguments(train, with_config=False)
-    train.set_defaults(func=_cli)
+    train.set_defaults(func=_cli_interruptible)
     lp = subparsers.add_parser("launch", help="like train, with your own DeepSpeed config (--config) or --dry-run",
                                description="Launch a run with your own DeepSpeed config (linted first), or write the "
                                            "run folder and print the command (--dry-run).")
     _add_launch_arguments(lp, with_config=True)
-    lp.set_defaults(func=_cli)
+    lp.set_defaults(func=_cli_interruptible)

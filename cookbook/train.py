@@ -364,20 +364,24 @@ def _redirect_output_to_rank_log() -> None:
 
 
 def _exit_on_sigterm() -> None:
-    """Turn SIGTERM (sent by torchrun when a peer fails, and by the launch helper's watchdog) into
-    ``SystemExit``, so ``finally`` blocks run — notably the release of torch's JIT-build lock file
+    """Turn SIGTERM (sent by torchrun when a peer fails or the launcher stops, by the launch helper's
+    watchdog, and by the kernel when the launcher dies: :func:`cookbook.procs.guard_rank`) and SIGINT
+    into ``SystemExit``, so ``finally`` blocks run — notably the release of torch's JIT-build lock file
     (``torch/utils/file_baton.py``), which a killed rank would otherwise leave behind, blocking
-    every later run at startup."""
+    every later run at startup — and the rank leaves without a KeyboardInterrupt traceback."""
     import signal
 
     def handler(signum, frame):
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .procs import guard_rank
     _redirect_output_to_rank_log()
     _exit_on_sigterm()
+    guard_rank()  # this rank dies with its launcher (parent-death signal + parent watch)
     parser = argparse.ArgumentParser(prog="python -m cookbook.train", description=__doc__.splitlines()[0])
     add_train_arguments(parser)
     args = parser.parse_args(argv)
