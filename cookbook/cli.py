@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # which options were typed (they win over a run file)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
