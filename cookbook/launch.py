@@ -516,8 +516,12 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
 # ----------------------------------------------------------------------------------------------
 
 def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16_states: bool,
-           emulate_gpu_memory_gib: float | None) -> tuple[list, dict | None, list[str]]:
-    """Lint findings, the estimate, and reasons to refuse the launch."""
+           emulate_gpu_memory_gib: float | None, elsewhere: bool = False) -> tuple[list, dict | None, list[str]]:
+    """Lint findings, the estimate, and reasons to refuse the launch.
+
+    ``elsewhere``: a dry run on a machine without a GPU for a GPU run (a real model): the estimate is
+    the GPU run's (device ``cuda``, the plan's host RAM, not this machine's), and what this machine
+    lacks (libaio) is a warning, not an error."""
     from .lint import lint
     refusals = []
     # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so no "auto" value gets filled
@@ -528,24 +532,26 @@ def _guard(plan: Plan, ds_config: dict, *, user_config: bool, on_gpu: bool, bf16
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
         from .env import LIBAIO_PACKAGES, _libaio_present
         if not _libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
-            findings.append({"severity": "error", "path": "zero_optimization.offload_*.device",
-                             "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed",
+            findings.append({"severity": "warning" if elsewhere else "error", "path": "zero_optimization.offload_*.device",
+                             "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed"
+                                        + (" here; the machine that runs this needs it" if elsewhere else ""),
                              "fix": LIBAIO_PACKAGES})
     est = None
     try:
         from .memory import estimate
         import psutil
-        host = plan.host_memory_gib or psutil.virtual_memory().total / GIB
+        gpu_run = on_gpu or elsewhere
+        host = plan.host_memory_gib or (None if elsewhere else psutil.virtual_memory().total / GIB)
         eplan = plan.replace(host_memory_gib=host,
                              gpu_memory_gib=emulate_gpu_memory_gib or plan.gpu_memory_gib)
-        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if on_gpu else "cpu", ds_config=ds_config)
+        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if gpu_run else "cpu", ds_config=ds_config)
         est = e.to_dict()
-        if on_gpu and not e.fits_gpu:
+        if gpu_run and not e.fits_gpu:
             refusals.append(f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has "
                             f"{eplan.gpu_memory_gib:.1f} GiB")
         if e.fits_host is False:
-            refusals.append(f"the estimate needs {e.host_gib['total']:.1f} GiB of host RAM per machine but this "
-                            f"machine has {host:.1f} GiB")
+            refusals.append(f"the estimate needs {e.host_gib['total']:.1f} GiB of host RAM per machine but "
+                            + (f"the plan gives {host:.1f} GiB" if elsewhere else f"this machine has {host:.1f} GiB"))
     except Exception as exc:  # noqa: BLE001 - an estimator problem must not block a launch
         est = {"error": f"{type(exc).__name__}: {exc}"}
     return findings, est, refusals
@@ -688,8 +694,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             return result("config_error", str(exc), command="")
 
     # 3. pre-launch guard: lint errors and the estimate
+    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
     findings, est, refusals = _guard(plan, ds_config, user_config=config is not None, on_gpu=on_gpu,
-                                     bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib)
+                                     bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
+                                     elsewhere=elsewhere)
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
@@ -711,7 +719,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                       estimate=est, details=details)
     if dry_run:
         notes = refusals + ([refused] if refused else [])
-        note = (" Note, for this machine: " + "; ".join(notes)) if notes else ""
+        note = (" Note, for " + ("the planned GPU run" if elsewhere else "this machine") + ": " + "; ".join(notes)) \
+            if notes else ""
+        if elsewhere and est and "gpu_gib" in est:
+            note += (f" The estimate for the GPU run: {est['gpu_gib']['total']:.1f} GiB per GPU, "
+                     f"{est['host_gib']['total']:.1f} GiB of host RAM per machine"
+                     + ("" if plan.host_memory_gib else " (give --host-memory-gib to check it)") + ".")
         return result("dry_run", "run folder written; the command was not run." + note, command=command,
                       findings=findings, estimate=est, details=details)
 

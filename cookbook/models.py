@@ -33,8 +33,11 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 #: byte-level BPE ``vocab.json``; Qwen-14B's first generation ``qwen.tiktoken``).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "qwen.tiktoken")
 
-#: The Hugging Face repository each shipped architecture represents (what to download for real weights).
-HUB_IDS = {"qwen-14b": "Qwen/Qwen-14B", "llama-7b": "meta-llama/Llama-2-7b-hf", "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+#: The Hugging Face repository with the weights of each shipped architecture (what to download). ``qwen-14b``
+#: has Qwen-14B's sizes in transformers' native Qwen2 code, which is exactly Qwen1.5-14B (hidden 5120, 40
+#: layers, 40 heads, intermediate 13696, vocabulary 152064); ``llama-7b`` is LLaMA-7B's architecture, the
+#: same as Llama-2-7B's (a gated repository: accept its license and `hf auth login` first).
+HUB_IDS = {"qwen-14b": "Qwen/Qwen1.5-14B", "llama-7b": "meta-llama/Llama-2-7b-hf", "qwen2.5-7b": "Qwen/Qwen2.5-7B",
            "qwen2.5-14b": "Qwen/Qwen2.5-14B"}
 
 #: The learning rate the shipped tiny models train with (their rehearsal default): 3e-3 makes a
@@ -77,17 +80,29 @@ QWEN1_NOTE = ("Qwen-14B (first generation) ships its own modelling code and a ti
 
 
 def download_hint(name: str) -> str:
-    """The ``hf download`` command (huggingface_hub's CLI) for a hub id or shipped name, plus notes."""
+    """The ``hf download`` command (huggingface_hub's CLI) for a hub id or shipped name, plus notes; one or
+    more sentences ending with a period."""
     text = str(name)
+    pathlike = text.startswith((".", "/", "~")) or text.count("/") > 1
+    if pathlike:  # a folder that does not exist yet: download into it, the repository guessed from its name
+        known = {r.split("/")[-1].lower(): r for r in (*HUB_IDS.values(), "Qwen/Qwen-14B", "Qwen/Qwen-14B-Chat")}
+        repo = known.get(Path(text).name.lower())
+        hint = (f"download it there first: `hf download {repo or 'ORG/NAME'} --local-dir {text}`"
+                + ("" if repo else " (ORG/NAME: the model's repository on huggingface.co)"))
+        if repo and is_qwen1_14b(repo):
+            hint += ". " + QWEN1_NOTE
+        return hint if hint.endswith(".") else hint + "."
     repo = HUB_IDS.get(text, text if text.count("/") == 1 else None)
     if repo is None:
         return ("download the model first, e.g. `hf download Qwen/Qwen2.5-7B --local-dir ./models/Qwen2.5-7B`, "
-                "then pass --model ./models/Qwen2.5-7B")
+                "then pass --model ./models/Qwen2.5-7B.")
     local = f"./models/{repo.split('/')[-1]}"
     hint = f"download it first: `hf download {repo} --local-dir {local}`, then pass --model {local}"
-    if is_qwen1_14b(repo):
-        hint += ". " + QWEN1_NOTE
-    return hint
+    if is_qwen1_14b(repo) or text == "qwen-14b":
+        hint += (". " if is_qwen1_14b(repo) else ". For the first-generation Qwen/Qwen-14B instead: ") + QWEN1_NOTE
+    if repo.startswith("meta-llama/"):
+        hint += " (a gated repository: accept its license on huggingface.co and run `hf auth login` first)"
+    return hint if hint.endswith(".") else hint + "."
 
 
 def shipped_models() -> list[str]:
@@ -160,7 +175,7 @@ def resolve_model_path(name: str | os.PathLike) -> tuple[Path, str]:
     raise ModelNotFoundError(
         f"model={text!r}: not a shipped name ({', '.join(shipped_models())}), not a local folder "
         "with config.json, and not in the local Hugging Face cache (nothing is downloaded). "
-        f"To train real weights, {download_hint(text)}.")
+        f"To train real weights, {download_hint(text)}")
 
 
 def load_config(name: str | os.PathLike, trust_remote_code: bool = False):

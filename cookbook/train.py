@@ -374,7 +374,7 @@ def validate_inputs(args, world_size: int, *, gpu_box: bool | None = None) -> di
         raise TrainInputError(
             f"--model={args.model}: {describe_source(spec)}. On a GPU box that trains a randomly initialised "
             f"{spec.num_params / 1e9:.1f}e9-parameter model: memory and speed are real, the result is not a fine-tune. "
-            f"To fine-tune the real model, {download_hint(args.model)}. To measure memory and speed on purpose, "
+            f"To fine-tune the real model, {download_hint(args.model)} To measure memory and speed on purpose, "
             "add --random-weights.")
     try:
         tok_path = resolve_tokenizer_path(args)
