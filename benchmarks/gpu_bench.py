@@ -251,7 +251,8 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     res = launch(plan, run_dir, config=config, max_steps=rung.max_steps, lr=rung.lr, warmup_steps=1,
                  dataset=str(dataset), seed=1234, bf16_states=bf16_states,
                  emulate_gpu_memory_gib=24.0 if on_gpu else None, verify_save="off", final_save=False,
-                 force=True, hang_timeout_s=rung.timeout_s, env=env, progress=False)
+                 force=True, hang_timeout_s=rung.timeout_s, env=env, progress=False,
+                 random_weights=True)  # memory and speed of the shipped architectures: no weights needed
     summary = res.summary or {}
     spec = model_spec(rung.model)
     import psutil
