@@ -154,7 +154,7 @@ def resolve_model_path(name: str | os.PathLike) -> tuple[Path, str]:
     """
     text = str(name)
     shipped = MODELS_DIR / text / "config.json"
-    if shipped.is_file():
+    if "/" not in text and os.sep not in text and shipped.is_file():  # an absolute path would replace MODELS_DIR
         return shipped.parent, "shipped"
     path = Path(text).expanduser()
     if path.is_file() and path.name == "config.json":
