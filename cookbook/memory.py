@@ -961,11 +961,12 @@ class Decision:
                 out.append(f"    host RAM was not given: this variant needs {e.host_gib['total']:.1f} GiB per machine "
                            "(--host-memory-gib to check)")
             skipped = [c for c in self.candidates[:self.candidates.index(e)] if not c.fits]
+            skipped = [c for c in skipped if c.fits_gpu][:3] or skipped[-2:]  # the ones only host RAM stops first
             if skipped:
                 out.append("    preferred variants that do not fit: " + "; ".join(
                     f"{c.plan.label}{' (bf16 states)' if c.bf16_states else ''} needs "
                     + (f"{c.gpu_gib['total']:.1f} GiB per GPU" if not c.fits_gpu else
-                       f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped[-2:]))
+                       f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped))
             for other in self.fitting[1:4]:
                 out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
         else:
@@ -1001,8 +1002,8 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     ``bf16_states`` True/False restricts to one kind of states; None considers both (bf16 needs
     ``plan.precision == "bf16"``). An unknown host RAM counts as fitting (and is said).
 
-    When nothing fits, the changes tried, smallest first: a smaller micro batch (gradient accumulation
-    raised to keep the global batch), gradient checkpointing on, precision bf16 with bf16 states, more
+    When nothing fits, the changes tried, smallest first: a smaller micro batch (a divisor of micro batch ×
+    accumulation, the accumulation raised to keep the global batch exactly), gradient checkpointing on, precision bf16 with bf16 states, more
     host RAM (the least any GPU-fitting variant needs), more GPU memory (the least any variant needs).
 
     Raises:
@@ -1021,12 +1022,12 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
 
     changes = []
     global_batch = plan.micro_batch * plan.grad_accum
-    for mb in range(plan.micro_batch - 1, 0, -1):
-        ga = math.ceil(global_batch / mb)
+    for mb in [m for m in range(plan.micro_batch - 1, 0, -1) if global_batch % m == 0]:
+        ga = global_batch // mb
         e = first_fit(plan.replace(micro_batch=mb, grad_accum=ga))
         if e is not None:
-            changes.append((f"micro batch {mb} (gradient accumulation {ga} keeps {mb * ga} sequences per rank and "
-                            "step)", e))
+            changes.append((f"micro batch {mb} with gradient accumulation {ga} (the same {global_batch} sequences per "
+                            "rank and optimizer step; less activation memory)", e))
             break
     if not plan.gradient_checkpointing:
         e = first_fit(plan.replace(gradient_checkpointing=True))
