@@ -5,13 +5,22 @@ Started once per rank by ``accelerate launch -m cookbook.train ...`` (the launch
 ``cookbook train`` rather than calling this directly). The DeepSpeed JSON in the run folder is the
 single source of truth for batch shape, precision, optimizer (AdamW) and learning-rate schedule.
 
+Before anything else, :func:`validate_inputs` checks every input and fills in what the user left to
+the run: the learning rate (required for real models; the tiny test models default to 3e-3), the
+number of steps (from ``--num-epochs`` as the HF Trainer counts them), the warm-up; it refuses a model
+without weights on a GPU box (``--random-weights`` to do it on purpose) and a model folder without a
+tokenizer. :func:`describe_inputs` says what is real, on the launcher's console and in rank 0's log.
+
 Writes into ``--output-dir``:
   * ``metrics.jsonl``: one JSON object per optimizer step (step, loss, lr, grad_norm, tokens_per_s,
-    samples_per_s, tflops, mfu, peak GPU allocated/reserved GiB, host RSS GiB);
+    samples_per_s, tflops, mfu, peak GPU allocated/reserved GiB, host RSS GiB; ``eval_loss`` and
+    ``eval_tokens`` at the steps where the eval set was measured);
+  * with ``--report-to tensorboard``, the same through Accelerate's tracker in ``tensorboard/``;
   * ``summary.json``: status, world size, first/last loss, throughput, peaks, the estimate beside
     the measurement, the ZeRO partition of each rank, the DeepSpeed config used;
-  * ``checkpoints/step-N``: DeepSpeed state for ``--resume`` plus gathered 16-bit weights
-    (see :mod:`cookbook.checkpoint`); ``final_model/``: the verified 16-bit model.
+  * ``checkpoints/step-N``: DeepSpeed state for ``--resume`` plus gathered 16-bit weights (only in the
+    final one with ``--save-16bit final``), the newest ``--save-total-limit`` kept (see
+    :mod:`cookbook.checkpoint`); ``final_model/``: the verified 16-bit model.
 Progress goes to stdout on rank 0 as lines ``COOKBOOK_STEP {json}`` (read by the launch helper).
 """
 from __future__ import annotations
