@@ -1136,7 +1136,8 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
                                     "little headroom: the OS, page cache, data loader workers and other processes need "
                                     "RAM too" + (" and only the available memory is free now" if avail is not None and
                                                  need > avail else "") + "." + swap_note,
-                                    "close other processes or reduce host offload"))
+                                    "close other processes, or pick a variant with less host RAM that the estimator "
+                                    "says fits (`cookbook estimate ... --sweep`)"))
             else:
                 checks.append(Check("host_memory", "ok", value, "the plan's host need fits in RAM"))
     shm = facts.get("shm_gib")
@@ -1163,6 +1164,8 @@ def _host_fixes(plan: Plan, total_gib: float, est) -> str:
         fixes = fixes_that_fit(plan.replace(host_memory_gib=float(total_gib)), exclude=est)
     except Exception as exc:  # noqa: BLE001 - the estimator cannot say: name only more RAM
         return f"more RAM (the estimator could not rank other variants: {exc})"
+    if not fixes:
+        return f"more RAM: the plan needs about {est.host_gib['total']:.0f} GiB"
     return "variants the estimator says fit: " + "; ".join(fixes) if not fixes[0].startswith("nothing") else fixes[0]
 
 

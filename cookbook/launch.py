@@ -927,6 +927,10 @@ def load_run_file(path: str | os.PathLike, parser: argparse.ArgumentParser) -> d
     for key, value in data.items():
         key = str(key)
         name = key[2:] if key.startswith("--") else key
+        if name not in keys and name == "config":
+            raise RunFileError(f"run file {path}: key 'config' (your own DeepSpeed JSON) is an option of "
+                               "`cookbook launch`; run the file with `cookbook launch`, or drop the key to let "
+                               "`cookbook train` build the config")
         if name not in keys:
             guess = FOREIGN_KEYS.get(name) or FOREIGN_KEYS.get(name.replace("-", "_"))
             guess = [guess] if guess else difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.6)
