@@ -6,11 +6,14 @@ Layout under ``OUTPUT_DIR/checkpoints``::
     step-00000020/            a complete checkpoint
         deepspeed/            DeepSpeed engine state (``accelerator.save_state``): model, optimizer,
                               scheduler, RNG states, one shard per rank
-        hf/                   16-bit weights gathered from all ranks (``save_pretrained``, safetensors)
+        hf/                   16-bit weights gathered from all ranks (``save_pretrained``, safetensors);
+                              with ``--save-16bit final`` only the final checkpoint has it, the others
+                              keep ``config/`` (config.json and the tokenizer, no weights)
         trainer_state.json    step, seed, data position
         COMPLETE              written last, holds the list of files and their sizes
     .tmp-step-00000030/       a save in progress (or left by a crash): never used
     latest                    the name of the newest complete checkpoint (replaced atomically)
+    .del-step-00000010/       a checkpoint being deleted by ``--save-total-limit`` (renamed first)
 
 A rename within one filesystem is atomic (POSIX ``rename(2)``), so a crash leaves either the old
 state or the new one; ``COMPLETE`` also guards against a folder that was copied in part.
@@ -25,7 +28,10 @@ from pathlib import Path
 
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
+DEL_PREFIX = ".del-step-"
 MARKER = "COMPLETE"
+#: Folder of a checkpoint without 16-bit weights that holds the model config and tokenizer.
+CONFIG_DIR = "config"
 
 
 def step_name(step: int) -> str:
@@ -121,6 +127,34 @@ def find_resumable(root: Path) -> tuple[Path | None, list[str]]:
     return None, messages
 
 
+def rotate(root: Path, keep: int) -> list[str]:
+    """Delete all but the newest ``keep`` complete checkpoints under ``root`` (``--save-total-limit``,
+    as the HF Trainer's ``save_total_limit``); returns the names deleted, oldest first.
+
+    Only complete checkpoints count and only older ones go: the newest complete checkpoint (the one
+    ``latest`` names and ``--resume`` would use) is never deleted, whatever ``keep``; incomplete
+    folders are left for :func:`find_resumable` to report. Each deletion first renames the folder to
+    ``.del-step-N`` (atomic), so a crash mid-delete never leaves a half-deleted ``step-N`` behind;
+    leftovers of such a crash are removed here. Call on one process (rank 0).
+
+    Raises:
+        ValueError: ``keep`` below 1.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: the newest complete checkpoint is always kept; give 1 or more")
+    root = Path(root)
+    for left in root.glob(f"{DEL_PREFIX}*"):
+        shutil.rmtree(left, ignore_errors=True)
+    complete = [f for f in sorted(root.glob(f"{PREFIX}*")) if is_complete(f)[0]]
+    doomed = complete[:-keep]
+    for folder in doomed:
+        trash = root / (DEL_PREFIX + folder.name[len(PREFIX):])
+        os.rename(folder, trash)
+        _fsync_dir(root)
+        shutil.rmtree(trash)
+    return [f.name for f in doomed]
+
+
 def checkpoint_step(folder: Path) -> int:
     return int(json.loads((Path(folder) / "trainer_state.json").read_text())["step"])
 
@@ -160,7 +194,8 @@ def to_fp32(checkpoint: str | os.PathLike, output_dir: str | os.PathLike) -> Pat
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     convert_zero_checkpoint_to_state_dict(str(folder / "deepspeed"), str(out), safe_serialization=True, tag="pytorch_model")
-    for f in (folder / "hf").iterdir():
+    meta = folder / "hf" if (folder / "hf").is_dir() else folder / CONFIG_DIR
+    for f in meta.iterdir():
         if f.suffix in (".json", ".model", ".txt") and not f.name.endswith(".index.json"):
             shutil.copy2(f, out / f.name)
     cfg = json.loads((out / "config.json").read_text())

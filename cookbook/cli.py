@@ -12,8 +12,26 @@ MODULES = ("cookbook.launch", "cookbook.procs", "cookbook.dsconfig", "cookbook.l
            "cookbook.env", "cookbook.runall", "cookbook.checkpoint")
 
 
+#: What ``cookbook --help`` says first: for users, not for developers.
+DESCRIPTION = ("Full fine-tunes of 7B-14B language models with DeepSpeed ZeRO (stage 2 -> 3 -> CPU/NVMe offload) "
+               "through Hugging Face Accelerate: check the machine, find the ZeRO variant that fits, write or check "
+               "a DeepSpeed config, and train with honest results. Nothing is downloaded; without a GPU everything "
+               "runs as a CPU rehearsal with tiny models of the same architectures.")
+EPILOG = """the usual path to a real run:
+  cookbook env --model qwen-14b --gpus 8 --zero-stage 3 --offload-optimizer cpu   # this machine's traps
+  cookbook estimate qwen-14b --gpus 8 --gpu-memory-gib 24 --host-memory-gib 512 \\
+      --seq-len 512 --micro-batch 1 --grad-accum 16 --sweep                     # which ZeRO variant fits
+  hf download Qwen/Qwen1.5-14B --local-dir ./models/Qwen1.5-14B                  # the weights
+  cookbook train notebooks/qwen14b-8x4090.yaml --dry-run                         # check the whole run
+  cookbook train notebooks/qwen14b-8x4090.yaml                                   # train
+
+`cookbook COMMAND --help` explains each command; the notebooks (cookbook run-all) tell the story."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cookbook", description=__doc__.splitlines()[0] if __doc__ else None)
+    import textwrap
+    parser = argparse.ArgumentParser(prog="cookbook", description=textwrap.fill(DESCRIPTION, 100), epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in MODULES:
         try:
@@ -32,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # which options were typed (they win over a run file)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

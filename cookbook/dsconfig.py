@@ -73,9 +73,85 @@ NVME_PARAM_MIN_BUFFER_SIZE = 10**8  # DeepSpeed's default buffer_size (elements)
 NVME_PARAM_MAX_IN_CPU = 10**9
 
 
+#: Learning-rate schedules, as the HF Trainer names them (``transformers.get_scheduler``): ``linear``
+#: (warm-up, then linear decay to 0 at the last step; DeepSpeed ``WarmupDecayLR``), ``cosine`` (warm-up,
+#: then half a cosine to 0; ``WarmupCosineLR``) and ``constant`` (warm-up, then constant; ``WarmupLR``;
+#: HF's ``constant_with_warmup``, which is HF's ``constant`` when the warm-up is 0).
+LR_SCHEDULERS = ("linear", "cosine", "constant")
+
+#: DeepSpeed scheduler type of each schedule (``deepspeed/runtime/lr_schedules.py``).
+DS_SCHEDULER_TYPES = {"linear": "WarmupDecayLR", "cosine": "WarmupCosineLR", "constant": "WarmupLR"}
+
+
 class ConfigError(PlanError):
     """A builder argument cannot work; the message names the argument, its value and the fix (templated like
     :class:`~cookbook.plan.PlanError`, so a command names its own flags)."""
+
+
+def steps_per_epoch(num_examples: int, micro_batch: int, grad_accum: int, world_size: int) -> int:
+    """Optimizer steps in one pass over ``num_examples`` training rows, as the HF Trainer counts them:
+    each rank's dataloader has ``ceil(N / (micro_batch × world_size))`` micro batches, and an epoch has
+    ``ceil(that / grad_accum)`` optimizer steps, at least 1 (``Trainer._inner_training_loop``,
+    ``num_update_steps_per_epoch``, transformers 4.5x).
+
+    Raises:
+        ConfigError: a count below 1.
+    """
+    for name, v in (("num_examples", num_examples), ("micro_batch", micro_batch), ("grad_accum", grad_accum),
+                    ("world_size", world_size)):
+        _check_number(name, v, minimum=1, integer=True)
+    per_rank = math.ceil(num_examples / (micro_batch * world_size))
+    return max(1, math.ceil(per_rank / grad_accum))
+
+
+def total_steps_for_epochs(num_epochs: float, num_examples: int, micro_batch: int, grad_accum: int,
+                           world_size: int) -> int:
+    """Optimizer steps of ``num_epochs`` epochs: ``ceil(num_epochs × steps_per_epoch)`` (the HF
+    Trainer's ``max_steps = math.ceil(args.num_train_epochs * num_update_steps_per_epoch)``).
+
+    Raises:
+        ConfigError: ``num_epochs`` not a positive number, or a count below 1.
+    """
+    _check_number("num_epochs", num_epochs, strict=True)
+    return max(1, math.ceil(num_epochs * steps_per_epoch(num_examples, micro_batch, grad_accum, world_size)))
+
+
+def warmup_steps_for(total_steps: int, warmup_ratio: float = 0.0, warmup_steps: int | None = None) -> int:
+    """Warm-up steps as the HF Trainer computes them (``TrainingArguments.get_warmup_steps``): an explicit
+    ``warmup_steps`` wins; else ``ceil(total_steps × warmup_ratio)``.
+
+    Raises:
+        ConfigError: a ratio outside [0, 1) or negative steps.
+    """
+    if warmup_steps is not None:
+        _check_number("warmup_steps", warmup_steps, integer=True)
+        return int(warmup_steps)
+    _check_number("warmup_ratio", warmup_ratio)
+    if warmup_ratio >= 1:
+        raise ConfigError(f"warmup_ratio={warmup_ratio!r}: a fraction of the steps in [0, 1), e.g. 0.03")
+    return math.ceil(total_steps * warmup_ratio)
+
+
+def target_hyperparameters(plan: Plan, *, lr: float, num_epochs: float, num_examples: int,
+                           lr_scheduler: str = "cosine", warmup_ratio: float = 0.03) -> dict:
+    """The schedule of a real fine-tune of ``plan`` as :func:`build_config` keyword arguments: ``lr``,
+    ``lr_scheduler``, ``warmup_steps`` and ``total_steps`` for ``num_epochs`` epochs over ``num_examples``
+    rows at the plan's global batch (:func:`total_steps_for_epochs`, :func:`warmup_steps_for`).
+
+    For the notebooks' "target" configs, so that they carry a real run's numbers, never the rehearsal's.
+    Typical full fine-tunes of 7B-14B models: lr 1e-5 - 2e-5, 2-3 epochs, cosine, 3% warm-up (Stanford
+    Alpaca, LLaMA-7B: lr 2e-5, 3 epochs, cosine, warmup_ratio 0.03; Qwen's finetune.py for full-parameter
+    runs: lr 1e-5).
+
+    Raises:
+        ConfigError: an argument out of range.
+    """
+    if lr_scheduler not in LR_SCHEDULERS:
+        raise ConfigError(f"lr_scheduler={lr_scheduler!r}: use one of {', '.join(LR_SCHEDULERS)}")
+    _check_number("lr", lr, strict=True)
+    total = total_steps_for_epochs(num_epochs, num_examples, plan.micro_batch, plan.grad_accum, plan.world_size)
+    return {"lr": lr, "lr_scheduler": lr_scheduler, "warmup_steps": warmup_steps_for(total, warmup_ratio),
+            "total_steps": total}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,7 +289,7 @@ def _check_number(name: str, value, *, minimum: float = 0.0, strict: bool = Fals
 def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, weight_decay: float = 0.0,
                  betas=(0.9, 0.95), eps: float = 1e-8, warmup_steps: int = 0, total_steps: int | None = None,
                  gradient_clipping: float = 1.0, bf16_states: bool = False,
-                 steps_per_print: int = 10**9) -> dict:
+                 steps_per_print: int = 10**9, lr_scheduler: str | None = None) -> dict:
     """The DeepSpeed config (a JSON-ready dict) for ``plan``, for one launch ``target``.
 
     Args:
@@ -227,8 +303,26 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
             ``warmup_num_steps`` <= 0, so 0 is written as 1; and its schedulers warm up over at least
             2 steps (``lr_schedules.WarmupLR``). With ``total_steps=None`` and ``warmup_steps=0`` the
             schedule is constant (``warmup_min_lr = warmup_max_lr = lr``).
-        total_steps: optimizer steps of the run; given -> ``WarmupDecayLR`` (linear decay to 0 at
-            ``total_steps``), ``None`` -> ``WarmupLR`` (constant after warm-up).
+        total_steps: optimizer steps of the run (``total_num_steps`` of the decaying schedules).
+        lr_scheduler: ``linear``, ``cosine`` or ``constant`` (:data:`LR_SCHEDULERS`); None: ``linear``
+            when ``total_steps`` is given, else ``constant``. The DeepSpeed block (the training entry
+            hands it to DeepSpeed through Accelerate's ``DummyScheduler``), with ``W`` warm-up steps
+            (at least 2 in DeepSpeed), ``T`` total steps and ``i`` the scheduler's step count (0 after the
+            first optimizer step; the first step itself runs at the minimum):
+
+            * ``linear``: ``WarmupDecayLR``, lr·i/W while i < W, then lr·(T − i)/(T − W);
+            * ``cosine``: ``WarmupCosineLR`` (ratios of the optimizer's lr), lr·i/W while i < W, then
+              lr·(1 + cos(π·min(1, (i − W + 1)/(T − W))))/2, down to 0 (``cos_min_ratio`` 0, as HF's
+              ``get_cosine_schedule_with_warmup``; DeepSpeed's default would stop at 1e-4);
+            * ``constant``: ``WarmupLR``, lr·i/W while i < W, then lr.
+
+            Without warm-up (``warmup_steps=0``) ``constant`` and ``cosine`` start at lr (minimum =
+            maximum); ``linear`` keeps DeepSpeed's 2-step ramp (0, lr/2), because its decay is
+            ``min + (max − min)·γ`` and a minimum of lr would never decay. This is the HF Trainer's
+            schedule shifted by one step (DeepSpeed steps its scheduler after the optimizer and starts
+            from the minimum); the HF Trainer hands the same DeepSpeed blocks over when the config has a
+            ``scheduler`` section. ``trainer`` target: ``WarmupDecayLR``/``WarmupLR`` with "auto", and
+            no block for ``cosine`` (the Trainer then uses its own ``lr_scheduler_type``).
         gradient_clipping: max global gradient L2 norm (0 disables).
         bf16_states: with bf16 precision and ZeRO 1-3, keep master weights, gradients and optimizer
             states in bf16 (``bf16.bf16_master_weights_and_grads`` and ``bf16.bf16_optimizer_states``,
@@ -256,6 +350,13 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     _check_number("steps_per_print", steps_per_print, minimum=1, integer=True)
     if total_steps is not None:
         _check_number("total_steps", total_steps, minimum=1, integer=True)
+    if lr_scheduler is None:
+        lr_scheduler = "linear" if total_steps is not None else "constant"
+    if lr_scheduler not in LR_SCHEDULERS:
+        raise ConfigError(f"lr_scheduler={lr_scheduler!r}: use one of {', '.join(LR_SCHEDULERS)}")
+    if lr_scheduler != "constant" and total_steps is None and target != "trainer":
+        raise ConfigError(f"lr_scheduler={lr_scheduler!r} decays to 0 at the last step: give total_steps "
+                          "(the run's optimizer steps), or use lr_scheduler='constant'")
     try:
         b1, b2 = (float(b) for b in betas)
     except (TypeError, ValueError):
@@ -313,13 +414,23 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
 
     warmup = max(1, warmup_steps)
     if auto:
-        cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {
-            "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
-            "total_num_steps": "auto", "warmup_type": "linear"}}
-    elif total_steps is not None:
+        if lr_scheduler == "linear":
+            cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {
+                "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                "total_num_steps": "auto", "warmup_type": "linear"}}
+        elif lr_scheduler == "constant":
+            cfg["scheduler"] = {"type": "WarmupLR", "params": {
+                "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                "warmup_type": "linear"}}
+        # cosine: no block; the Trainer builds its own from TrainingArguments.lr_scheduler_type
+    elif lr_scheduler == "linear":
         cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {
             "warmup_min_lr": 0, "warmup_max_lr": lr, "warmup_num_steps": warmup,
             "total_num_steps": total_steps, "warmup_type": "linear"}}
+    elif lr_scheduler == "cosine":
+        cfg["scheduler"] = {"type": "WarmupCosineLR", "params": {
+            "total_num_steps": total_steps, "warmup_min_ratio": 0.0 if warmup_steps > 0 else 1.0,
+            "warmup_num_steps": warmup, "cos_min_ratio": 0.0, "warmup_type": "linear"}}
     else:
         cfg["scheduler"] = {"type": "WarmupLR", "params": {
             "warmup_min_lr": 0 if warmup_steps > 0 else lr, "warmup_max_lr": lr,
@@ -991,7 +1102,8 @@ def _build_for_cli(args):
     try:
         plan = preset_plan(args.preset, **fields)
         cfg = build_config(plan, args.target, lr=args.lr, warmup_steps=args.warmup_steps,
-                           total_steps=args.total_steps, bf16_states=args.bf16_states)
+                           total_steps=args.total_steps, bf16_states=args.bf16_states,
+                           lr_scheduler=args.lr_scheduler)
     except (ConfigError, PlanError, ModelNotFoundError) as exc:
         from .plan import user_message
         preset = (f"preset {args.preset}", f"the preset (not {args.preset})")
@@ -1025,13 +1137,17 @@ def register(subparsers) -> None:
                    help="host RAM per machine in GiB; pin_memory is turned off when it is short")
     p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps")
-    p.add_argument("--total-steps", type=int, default=None, help="optimizer steps (WarmupDecayLR); default WarmupLR")
+    p.add_argument("--total-steps", type=int, default=None, help="optimizer steps of the run (needed by linear/cosine)")
+    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default=None,
+                   help="linear (WarmupDecayLR), cosine (WarmupCosineLR) or constant (WarmupLR); "
+                        "default: linear with --total-steps, else constant")
     p.add_argument("--bf16-states", action="store_true",
                    help="bf16 master weights and optimizer states (DeepSpeed >= 0.18)")
     p.set_defaults(func=_run)
 
 
 __all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
-           "Resolution", "auto_precision", "resolve_config", "trainer_defaults",
+           "Resolution", "auto_precision", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
+           "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
            "register", "stdout_to_stderr"]

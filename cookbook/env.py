@@ -1122,9 +1122,7 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
                          "which the kernel cannot swap out." if swap else "")
             value = f"need ≈ {need:.1f} GiB of {total:.1f} GiB" + (f" ({avail:.1f} GiB available now)" if avail else "")
             if need > total:
-                fix = ("less host offload: offload only the optimizer (--offload-param none), or use NVMe offload "
-                       "(--offload-optimizer nvme --offload-param nvme --nvme-path /mnt/nvme), or fewer ranks per "
-                       "machine, or more RAM")
+                fix = _host_fixes(plan, total, est)
                 checks.append(Check("host_memory", "fail", value,
                                     f"the estimator's host need for {plan.label} on {plan.num_gpus} rank(s) exceeds the "
                                     "RAM: the kernel OOM killer ends the run (rank killed with signal 9)." + swap_note, fix))
@@ -1133,7 +1131,8 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
                                     "little headroom: the OS, page cache, data loader workers and other processes need "
                                     "RAM too" + (" and only the available memory is free now" if avail is not None and
                                                  need > avail else "") + "." + swap_note,
-                                    "close other processes or reduce host offload"))
+                                    "close other processes, or pick a variant with less host RAM that the estimator "
+                                    "says fits (`cookbook estimate ... --sweep`)"))
             else:
                 checks.append(Check("host_memory", "ok", value, "the plan's host need fits in RAM"))
     shm = facts.get("shm_gib")
@@ -1151,6 +1150,18 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     else:
         checks.append(Check("shm", "ok", f"/dev/shm {shm:.1f} GiB", "enough for DataLoader workers and NCCL's SHM transport"))
     return checks
+
+
+def _host_fixes(plan: Plan, total_gib: float, est) -> str:
+    """Only fixes the memory estimator says fit in ``total_gib`` of host RAM (:func:`cookbook.memory.fixes_that_fit`)."""
+    try:
+        from .memory import fixes_that_fit
+        fixes = fixes_that_fit(plan.replace(host_memory_gib=float(total_gib)), exclude=est)
+    except Exception as exc:  # noqa: BLE001 - the estimator cannot say: name only more RAM
+        return f"more RAM (the estimator could not rank other variants: {exc})"
+    if not fixes:
+        return f"more RAM: the plan needs about {est.host_gib['total']:.0f} GiB"
+    return "variants the estimator says fit: " + "; ".join(fixes) if not fixes[0].startswith("nothing") else fixes[0]
 
 
 def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:

@@ -45,8 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .hardware import free_port, on_gpu_machine
+from .models import is_rehearsal_model
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
-from .train import ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, validate_inputs
+from .train import (ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, default_gradient_checkpointing,
+                    validate_inputs)
 
 STATUSES = ("ok", "gpu_oom", "host_oom", "hang", "config_error", "failed", "interrupted", "stopped", "dry_run")
 GIB = 2 ** 30
@@ -108,7 +110,7 @@ class RunResult:
                 ("tokens_per_s", s.get("tokens_per_s")), ("peak_gpu_allocated_gib", s.get("peak_gpu_allocated_gib")),
                 ("peak_gpu_reserved_gib", s.get("peak_gpu_reserved_gib")), ("host_peak_gib", s.get("host_peak_gib")),
                 ("run_dir", self.run_dir)]
-        rows += [(k, v) for k, v in self.details.items() if k != "traceback"]
+        rows += [(k, v) for k, v in self.details.items() if k not in ("traceback", "inputs")]
         return pd.DataFrame(rows, columns=["field", "value"]).set_index("field")
 
     def _repr_html_(self) -> str:
@@ -319,6 +321,42 @@ def gpu_build_env(plan: Plan) -> dict:
     return {"OMP_NUM_THREADS": str(max(1, cores // per_machine)), "TORCH_CUDA_ARCH_LIST": ";".join(caps)}
 
 
+def precision_refusal(precision: str, on_gpu: bool) -> str | None:
+    """Why this machine cannot train in ``precision`` (None when it can), by DeepSpeed's own rules.
+
+    * no NVIDIA GPU (the CPU rehearsal) and ``fp16``: DeepSpeed's CPU accelerator supports fp16 only
+      where oneDNN computes it (``CPU_Accelerator.is_fp16_supported`` in
+      ``deepspeed/accelerator/cpu_accelerator.py`` = ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``,
+      CPUs with AVX-512 FP16 / AMX-FP16);
+    * a GPU below compute capability 8.0 and ``bf16`` (``torch.cuda.is_bf16_supported``).
+    """
+    if not on_gpu and precision == "fp16":
+        try:
+            import torch
+            if torch.ops.mkldnn._is_mkldnn_fp16_supported():
+                return None
+        except Exception:  # noqa: BLE001 - no oneDNN fp16: refuse
+            pass
+        return ("--precision fp16: this machine has no NVIDIA GPU and DeepSpeed's CPU accelerator cannot train in "
+                "fp16 on this CPU (CPU_Accelerator.is_fp16_supported() is False: no oneDNN fp16). Use --precision "
+                "bf16 or fp32 for the CPU rehearsal; fp16 is for GPUs older than Ampere")
+    if on_gpu and precision == "bf16":
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            try:
+                caps = [pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i))
+                        for i in range(pynvml.nvmlDeviceGetCount())]
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - unknown: let DeepSpeed decide
+            return None
+        if caps and min(caps) < (8, 0):
+            return (f"--precision bf16: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
+                    "or newer (Ampere, Ada, Hopper). Use --precision fp16 (with loss scaling) on this GPU")
+    return None
+
+
 def default_precision() -> str:
     """bf16 on Ampere or newer GPUs (compute capability >= 8.0), fp16 on older GPUs, fp32 on CPU."""
     try:
@@ -471,31 +509,43 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
 # ----------------------------------------------------------------------------------------------
 
 def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
-           emulate_gpu_memory_gib: float | None) -> tuple[list, dict | None, list[str]]:
-    """Lint findings, the estimate, and reasons to refuse the launch."""
+           emulate_gpu_memory_gib: float | None, elsewhere: bool = False) -> tuple[list, dict | None, list[str]]:
+    """Lint findings, the estimate, and reasons to refuse the launch.
+
+    ``elsewhere``: a dry run on a machine without a GPU for a GPU run (a real model): the estimate is
+    the GPU run's (device ``cuda``, the plan's host RAM, not this machine's), and what this machine
+    lacks (libaio, a GPU for its precision rules) is a warning, not an error."""
     from .lint import lint
     refusals = []
     # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so DeepSpeed gets the config as it
     # stands; a user's config arrives here already resolved (every "auto" filled from the plan). machine:
     # what this machine decides (fp16 without a GPU, NVMe without libaio, this GPU's precision rules)
     findings = lint(ds_config, world_size=plan.world_size, mode="deepspeed", model=str(plan.model), plan=plan,
-                    machine=True)
+                    machine=not elsewhere)
     findings = [f.to_dict() for f in findings]
+    if "nvme" in (plan.offload_optimizer, plan.offload_param):
+        from .hardware import LIBAIO_PACKAGES, libaio_present
+        if elsewhere and not libaio_present():  # DeepSpeed's async_io op needs it; the run would fail minutes in
+            findings.append({"severity": "warning" if elsewhere else "error", "path": "zero_optimization.offload_*.device",
+                             "message": "NVMe offload needs libaio (DeepSpeed's async_io op) and it is not installed"
+                                        + (" here; the machine that runs this needs it" if elsewhere else ""),
+                             "fix": LIBAIO_PACKAGES})
     est = None
     try:
         from .memory import estimate
         import psutil
-        host = plan.host_memory_gib or psutil.virtual_memory().total / GIB
+        gpu_run = on_gpu or elsewhere
+        host = plan.host_memory_gib or (None if elsewhere else psutil.virtual_memory().total / GIB)
         eplan = plan.replace(host_memory_gib=host,
                              gpu_memory_gib=emulate_gpu_memory_gib or plan.gpu_memory_gib)
-        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if on_gpu else "cpu", ds_config=ds_config)
+        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if gpu_run else "cpu", ds_config=ds_config)
         est = e.to_dict()
-        if on_gpu and not e.fits_gpu:
+        if gpu_run and not e.fits_gpu:
             refusals.append(f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has "
                             f"{eplan.gpu_memory_gib:.1f} GiB")
         if e.fits_host is False:
-            refusals.append(f"the estimate needs {e.host_gib['total']:.1f} GiB of host RAM per machine but this "
-                            f"machine has {host:.1f} GiB")
+            refusals.append(f"the estimate needs {e.host_gib['total']:.1f} GiB of host RAM per machine but "
+                            + (f"the plan gives {host:.1f} GiB" if elsewhere else f"this machine has {host:.1f} GiB"))
     except Exception as exc:  # noqa: BLE001 - an estimator problem must not block a launch
         est = {"error": f"{type(exc).__name__}: {exc}"}
     return findings, est, refusals
@@ -515,15 +565,20 @@ def stated_fields(plan: Plan, *, lr: float = 3e-3, max_steps: int = 40, warmup_s
 
 
 def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os.PathLike | None = None,
-           max_steps: int = 40, lr: float = 3e-3, warmup_steps: int | None = None, save_steps: int = 0,
-           resume: bool = False, dataset: str | None = None, tokenizer: str | None = None, seed: int = 1234,
-           bf16_states: bool = False, emulate_gpu_memory_gib: float | None = None, verify_save: str = "full",
-           final_save: bool = True, force: bool = False, dry_run: bool = False, hang_timeout_s: float = 900.0,
-           env: dict | None = None, progress: bool = True, raise_on_error: bool = False,
-           startup_timeout_s: float | None = None, extra_args: tuple = (), main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
-           trust_remote_code: bool = False, stated=None, names: dict | None = None,
-           packing: bool | None = None, dataset_split: str | None = None,
-           dataset_fields: str | dict | None = None, chat_template: str | None = None) -> RunResult:
+           max_steps: int | None = None, lr: float | None = None, warmup_steps: int | None = None,
+           save_steps: int = 0, resume: bool = False, dataset: str | None = None, tokenizer: str | None = None,
+           seed: int = 1234, bf16_states: bool = False, emulate_gpu_memory_gib: float | None = None,
+           verify_save: str = "full", final_save: bool = True, force: bool = False, dry_run: bool = False,
+           hang_timeout_s: float = 900.0, env: dict | None = None, progress: bool = True,
+           raise_on_error: bool = False, startup_timeout_s: float | None = None, extra_args: tuple = (),
+           main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
+           trust_remote_code: bool = False, num_epochs: float | None = None, lr_scheduler: str = "linear",
+           warmup_ratio: float | None = None, weight_decay: float = 0.0, eval_fraction: float = 0.0,
+           eval_dataset: str | None = None, eval_steps: int | None = None, save_total_limit: int | None = None,
+           save_16bit: str = "every", report_to: str = "none", random_weights: bool = False, quiet: bool = False,
+           run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
+           dataset_split: str | None = None, dataset_fields: str | dict | None = None,
+           chat_template: str | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -540,8 +595,18 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             ``config_error`` naming both. The run folder keeps ``ds_config.original.json`` (as given) beside
             ``ds_config.json`` (resolved: what DeepSpeed reads) and ``ds_config.filled.json`` (the table).
             Then the resolved config is linted like any other.
-        max_steps, lr, warmup_steps, save_steps, resume, dataset, tokenizer, seed, bf16_states,
-            verify_save, final_save: passed to the training entry (see ``cookbook train --help``).
+        lr: peak learning rate; None only for the shipped tiny models (3e-3): a real model needs it.
+        max_steps, num_epochs: the run's length (``max_steps`` wins; epochs are converted with
+            :func:`cookbook.dsconfig.total_steps_for_epochs`); None for both: 40 steps, tiny models only.
+        lr_scheduler, warmup_ratio, warmup_steps: the schedule (``linear``/``cosine``/``constant``;
+            warm-up ``warmup_steps`` or ``ceil(ratio × steps)``, default ratio 0.05).
+        eval_fraction, eval_dataset, eval_steps: an eval split and how often its loss is measured.
+        save_steps, save_total_limit, save_16bit: checkpoints every N steps, how many to keep, and
+            whether intermediate ones carry the gathered 16-bit model (``every``) or not (``final``).
+        report_to: ``tensorboard`` to log metrics through Accelerate's tracker as well.
+        random_weights: allow training a model without weights on a GPU box (see ``--random-weights``).
+        resume, dataset, tokenizer, seed, bf16_states, weight_decay, verify_save, final_save,
+            trust_remote_code: passed to the training entry (see ``cookbook train --help``).
         packing: True packs rows of exactly ``plan.seq_len`` tokens, False one example per row, None
             (default) packs when the model's attention keeps packed examples apart.
         dataset_split, dataset_fields, chat_template: ``--dataset-split``, ``--dataset-fields`` (a string
@@ -556,6 +621,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             model initialisation); default ``max(hang_timeout_s, 600)``: a 7B model takes minutes.
         env: extra environment variables for the ranks (they win over recommendations).
         progress: show a tqdm bar of steps with loss and tokens/s.
+        quiet: do not print what the run trains (model source, tokenizer, examples, schedule) before it starts.
+        run_file: the YAML run file the options came from (named in ``run.resolved.yaml``).
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
         stated: the plan fields and options (``lr``, ``max_steps``, ``warmup_steps``) the caller set on purpose,
             which a config value may not override; default: :func:`stated_fields` (those that differ from the
@@ -570,16 +637,24 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     ``interrupted``; ``cookbook stop`` returns ``stopped``; both messages name the step reached and
     the checkpoint ``resume=True`` continues from.
 
+    Writes ``run.resolved.yaml`` into the run folder: every option of the run with its final value
+    (the learning rate and step count resolved), loadable with ``cookbook train run.resolved.yaml``.
+
     Returns:
         :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error``.
     """
+    from .train import DEFAULT_WARMUP_RATIO, describe_inputs
     t_start = time.time()
     run_dir = Path(output_dir).resolve()
     on_gpu = on_gpu_machine()
-    opts = dict(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps, save_steps=save_steps, resume=resume,
-                dataset=dataset, tokenizer=tokenizer, seed=seed, bf16_states=bf16_states,
+    opts = dict(max_steps=max_steps, num_epochs=num_epochs, lr=lr, lr_scheduler=lr_scheduler,
+                warmup_ratio=DEFAULT_WARMUP_RATIO if warmup_ratio is None else warmup_ratio,
+                warmup_steps=warmup_steps, weight_decay=weight_decay or None, save_steps=save_steps,
+                save_total_limit=save_total_limit, save_16bit=save_16bit, resume=resume, dataset=dataset,
+                eval_fraction=eval_fraction or None, eval_dataset=eval_dataset, eval_steps=eval_steps,
+                tokenizer=tokenizer, random_weights=random_weights, seed=seed, bf16_states=bf16_states,
                 emulate_gpu_memory_gib=emulate_gpu_memory_gib, verify_save=verify_save,
-                no_final_save=not final_save, trust_remote_code=trust_remote_code,
+                no_final_save=not final_save, report_to=report_to, trust_remote_code=trust_remote_code,
                 packing=packing is True, no_packing=packing is False, dataset_split=dataset_split,
                 dataset_fields=(",".join(f"{k}={v}" for k, v in dataset_fields.items())
                                 if isinstance(dataset_fields, dict) else dataset_fields),
@@ -603,74 +678,118 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return result("config_error", busy, command="")
 
     # 1. the user's config: every "auto" filled from the plan as the HF Trainer / Accelerate fill it; its own
-    #    values decide what the user did not state, and disagree with what they did (an error naming both)
+    #    values decide what the user did not state, and disagree with what they did (an error naming both).
+    #    Resolved twice: first for the plan (batch shape, stage, precision), then — once the learning rate
+    #    and the run's length are known (step 2) — for the values that depend on them.
     ds_config = resolution = None
-    if config is not None:
-        from .lint import lint
-        if stated is None:
-            stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
-        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=plan, stated=stated,
-                      names=names, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps,
-                      will_save_hf_model=final_save)
-        name = Path(config).name if not isinstance(config, dict) else "config"
-        if not report.readable:
-            return result("config_error", f"{name}: cannot be used: "
-                          + "; ".join(f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error"),
-                          command="", findings=[f.to_dict() for f in report])
-        resolution = report.resolved
-        if not resolution.ok:
-            return result("config_error", f"{name} cannot be filled for this run; nothing was launched:\n- "
-                          + "\n- ".join(f"{p.path}: {p.message} Fix: {p.fix}" for p in resolution.problems),
-                          command="", findings=[f.to_dict() for f in report])
-        if resolution.rows:
-            print(str(resolution), flush=True)
-        ds_config, plan = resolution.config, resolution.plan
-    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
+    name = "config" if config is None or isinstance(config, dict) else Path(config).name
+    if config is not None and stated is None:
+        stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
 
-    # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else
+    def resolve(lr_, max_steps_, warmup_steps_):
+        from .lint import lint
+        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=plan, stated=stated,
+                      names=names, lr=lr_, max_steps=max_steps_, warmup_steps=warmup_steps_,
+                      will_save_hf_model=final_save)
+        if not report.readable:
+            return report, f"{name}: cannot be used: " + "; ".join(
+                f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error")
+        if not report.resolved.ok:
+            return report, (f"{name} cannot be filled for this run; nothing was launched:\n- " + "\n- ".join(
+                f"{p.path}: {p.message} Fix: {p.fix}" for p in report.resolved.problems))
+        return report, None
+
+    if config is not None:
+        report, problem = resolve(lr, max_steps, warmup_steps)
+        if problem:
+            return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
+        plan = report.resolved.plan
+
+    # precision the device cannot run, before anything else is done
+    refused = precision_refusal(plan.precision, on_gpu)
+    if refused and not dry_run:
+        return result("config_error", refused, command="")
+
+    # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else;
+    #    the learning rate and the run's length are resolved here (epochs -> steps, warm-up ratio -> steps)
+    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
     try:
-        parsed = argparse.ArgumentParser()
-        add_train_arguments(parsed)
-        validate_inputs(parsed.parse_args(targs), plan.world_size)
+        parser = argparse.ArgumentParser()
+        add_train_arguments(parser)
+        parsed = parser.parse_args(targs)
+        facts = validate_inputs(parsed, plan.world_size, gpu_box=on_gpu)
     except TrainInputError as exc:
         return result("config_error", str(exc), command="")
     except SystemExit:
         return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
+    max_steps, lr, warmup_steps = parsed.max_steps, parsed.lr, parsed.warmup_steps
+    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps)
+    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
+    if config is not None:
+        report, problem = resolve(lr, max_steps, warmup_steps)
+        if problem:
+            return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
+        resolution = report.resolved
+        if resolution.rows and not quiet:
+            print(str(resolution), flush=True)
+        ds_config = resolution.config
+    if not quiet:
+        for line in describe_inputs(facts):
+            print(line, flush=True)
+        if plan.gradient_checkpointing != default_gradient_checkpointing(plan.model, on_gpu):
+            print(f"[model] gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}, as the plan says "
+                  f"(the default for {plan.model} {'here' if on_gpu else 'on CPU ranks'} would be "
+                  f"{'off' if plan.gradient_checkpointing else 'on'})", flush=True)
+        if refused:
+            print(f"[precision] note: {refused}", flush=True)
 
     # the config built from the plan when the user gave none
     if ds_config is None:
         from .dsconfig import ConfigError, build_config
-        warm = warmup_steps if warmup_steps is not None else max(1, max_steps // 20)
         try:
-            ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warm, total_steps=max_steps,
-                                     bf16_states=bf16_states)
+            ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warmup_steps, total_steps=max_steps,
+                                     bf16_states=bf16_states, lr_scheduler=lr_scheduler, weight_decay=weight_decay)
         except ConfigError as exc:
             return result("config_error", str(exc), command="")
 
     # 3. pre-launch guard: lint errors and the estimate
+    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
-                                     bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib)
+                                     bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
+                                     elsewhere=elsewhere)
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
                          main_process_port=main_process_port)
+    write_resolved_options(run_dir / RESOLVED_FILE, plan, parsed, run_file=run_file, config=config,
+                           launch_options={"force": force, "hang_timeout": hang_timeout_s,
+                                           "startup_timeout": startup_timeout_s,
+                                           "main_process_ip": main_process_ip, "main_process_port": main_process_port})
     command = folder.command_text
     if resolution is not None:  # the user's file beside the resolved ds_config.json that DeepSpeed reads
         (run_dir / "ds_config.original.json").write_text(json.dumps(resolution.original, indent=2) + "\n")
         fill = {"filled": [{"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows]}
         (run_dir / "ds_config.filled.json").write_text(json.dumps(fill, indent=2) + "\n")
+    details = {"inputs": facts}
     if lint_errors:
         return result("config_error", "the DeepSpeed config has errors; nothing was launched:\n- "
                       + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors),
-                      command=command, findings=findings, estimate=est)
+                      command=command, findings=findings, estimate=est, details=details)
     if refusals and not force and not dry_run:
         return result("config_error", "the estimate says this will not fit, so nothing was launched ("
                       + "; ".join(refusals) + "). Pick a variant that fits (`cookbook estimate --sweep`) or pass "
-                      "--force (force=True from Python) to try anyway.", command=command, findings=findings, estimate=est)
+                      "--force (force=True from Python) to try anyway.", command=command, findings=findings,
+                      estimate=est, details=details)
     if dry_run:
-        note = (" Note, for this machine: " + "; ".join(refusals)) if refusals else ""
+        notes = refusals + ([refused] if refused else [])
+        note = (" Note, for " + ("the planned GPU run" if elsewhere else "this machine") + ": " + "; ".join(notes)) \
+            if notes else ""
+        if elsewhere and est and "gpu_gib" in est:
+            note += (f" The estimate for the GPU run: {est['gpu_gib']['total']:.1f} GiB per GPU, "
+                     f"{est['host_gib']['total']:.1f} GiB of host RAM per machine"
+                     + ("" if plan.host_memory_gib else " (give --host-memory-gib to check it)") + ".")
         return result("dry_run", "run folder written; the command was not run." + note, command=command,
-                      findings=findings, estimate=est)
+                      findings=findings, estimate=est, details=details)
 
     # 4. run, holding the folder's lock (procs.RunLock)
     from .procs import RunBusyError, RunLock, RUN_ID_ENV
@@ -703,7 +822,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     metrics = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()] if metrics_path.is_file() else []
     logs = {"launcher": str(log_dir / "launcher.log")}
     logs.update({p.stem: str(p) for p in sorted(log_dir.glob("rank*.log"))})
-    details = dict(details, env_added=added)
+    details = dict(details, env_added=added, inputs=facts)
     if stale:
         details["stale_build_locks_removed"] = stale
     return result(status, message, command=command, returncode=returncode, summary=summary, metrics=metrics,
@@ -765,7 +884,10 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                         if line.startswith(STEP_PREFIX) and bar is not None:
                             row = json.loads(line[len(STEP_PREFIX):])
                             bar.n = row["step"]
-                            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+                            post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+                            if row.get("eval_loss") is not None:
+                                post["eval_loss"] = f"{row['eval_loss']:.3f}"
+                            bar.set_postfix(**post)
                             bar.refresh()
             # before the first step, initialisation (model build, JIT op builds, process groups) may
             # take minutes in silence; after it, a silent rank 0 means a hang
@@ -803,6 +925,153 @@ def _stop(procs, grace_s: float = 10.0) -> None:
 # ----------------------------------------------------------------------------------------------
 # CLI: cookbook train / cookbook launch
 
+#: The resolved options of a run, written into its folder (loadable as a run file).
+RESOLVED_FILE = "run.resolved.yaml"
+
+#: Options that shape the command's output, not the run: never read from or written to a run file.
+_NOT_IN_RUN_FILE = {"help", "json", "dry_run", "progress", "run_file", "func", "stop_after_step"}
+
+#: Names users bring from the HF Trainer, LLaMA-Factory and axolotl, for the did-you-mean of an unknown key.
+FOREIGN_KEYS = {"learning_rate": "lr", "num_train_epochs": "num-epochs", "per_device_train_batch_size": "micro-batch",
+                "micro_batch_size": "micro-batch", "gradient_accumulation_steps": "grad-accum",
+                "cutoff_len": "seq-len", "max_seq_length": "seq-len", "sequence_len": "seq-len",
+                "lr_scheduler_type": "lr-scheduler", "model_name_or_path": "model", "base_model": "model",
+                "deepspeed": "config", "val_size": "eval-fraction", "val_set_size": "eval-fraction",
+                "num_epochs": "num-epochs", "bf16": "precision", "fp16": "precision",
+                "gradient_checkpointing": "gradient-checkpointing", "datasets": "dataset", "tokenizer_name": "tokenizer"}
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be used; the message names the file, the key and the fix."""
+
+
+def _run_file_actions(parser: argparse.ArgumentParser) -> dict:
+    """Key of a run file -> (action, via_option): every long flag name and every destination, with
+    dashes or underscores."""
+    keys = {}
+    for a in parser._actions:
+        if a.dest in _NOT_IN_RUN_FILE or a.dest is argparse.SUPPRESS:
+            continue
+        for name in (a.dest, a.dest.replace("_", "-")):
+            keys.setdefault(name, (a, False))
+        for opt in a.option_strings:
+            if opt.startswith("--"):
+                for name in (opt[2:], opt[2:].replace("-", "_")):
+                    keys[name] = (a, True)
+    return keys
+
+
+def _convert(path: str, key: str, value, action, via_option: bool):
+    """A run-file value converted and checked as argparse would check the flag."""
+    where = f"{path}: {key}"
+    if action.nargs == 0:  # store_true / store_false
+        if not isinstance(value, bool):
+            raise RunFileError(f"{where}: {value!r} is not true or false")
+        return (action.const if value else not action.const) if via_option else value
+    if value is None:
+        return None
+    if isinstance(value, (list, dict)) or (isinstance(value, bool) and action.type in (int, float)):
+        raise RunFileError(f"{where}: {value!r} is not a single value")
+    if action.type is not None:
+        try:
+            if action.type is int and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            value = action.type(value) if action.type is not int or not isinstance(value, str) else int(value, 10)
+        except (TypeError, ValueError):
+            kind = {int: "an integer", float: "a number"}.get(action.type, "a value")
+            raise RunFileError(f"{where}: {value!r} is not {kind}") from None
+    elif not isinstance(value, str):
+        value = str(value)
+    if action.choices is not None and value not in action.choices:
+        raise RunFileError(f"{where}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def load_run_file(path: str | os.PathLike, parser: argparse.ArgumentParser) -> dict:
+    """The options in a YAML run file, by argparse destination, converted and checked like flags.
+
+    Keys are the long flag names of ``parser`` with dashes or underscores (``lr``, ``num-epochs``,
+    ``save_total_limit``, ``no-final-save: true`` or ``final-save: false``). Relative paths in values
+    are taken from the current folder, as on the command line.
+
+    Raises:
+        RunFileError: unreadable file, not a mapping, an unknown key (with a did-you-mean) or a bad value.
+    """
+    import difflib
+    import yaml
+    p = Path(path)
+    if not p.is_file():
+        raise RunFileError(f"run file {path}: not found ({p.resolve()})")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise RunFileError(f"run file {path}: not valid YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RunFileError(f"run file {path}: must be a mapping of option: value, got a {type(data).__name__}")
+    keys = _run_file_actions(parser)
+    longs = sorted({k for k in keys if "_" not in k})
+    out = {}
+    for key, value in data.items():
+        key = str(key)
+        name = key[2:] if key.startswith("--") else key
+        if name not in keys and name == "config":
+            raise RunFileError(f"run file {path}: key 'config' (your own DeepSpeed JSON) is an option of "
+                               "`cookbook launch`; run the file with `cookbook launch`, or drop the key to let "
+                               "`cookbook train` build the config")
+        if name not in keys:
+            guess = FOREIGN_KEYS.get(name) or FOREIGN_KEYS.get(name.replace("-", "_"))
+            guess = [guess] if guess else difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.6)
+            hint = f" (did you mean '{guess[0]}'?)" if guess else ""
+            raise RunFileError(f"run file {path}: unknown key '{key}'{hint}. Keys are the long option names of "
+                               f"`cookbook {parser.prog.split()[-1]} --help`, with dashes or underscores")
+        action, via_option = keys[name]
+        out[action.dest] = _convert(str(path), key, value, action, via_option)
+    return out
+
+
+def write_resolved_options(path: Path, plan: Plan, parsed, *, run_file: str | None = None, config=None,
+                           launch_options: dict | None = None) -> Path:
+    """Write every option of a run, resolved (lr, steps, warm-up filled in), as a run file."""
+    import yaml
+    values: dict = {}
+    for dest, value in vars(parsed).items():
+        if dest in _NOT_IN_RUN_FILE:
+            continue
+        values[dest.replace("_", "-")] = value
+    values.update({"num-processes": plan.num_gpus, "num-machines": plan.num_machines,
+                   "gpu-memory-gib": plan.gpu_memory_gib, "host-memory-gib": plan.host_memory_gib})
+    for k, v in (launch_options or {}).items():
+        values[k.replace("_", "-")] = v
+    command = "cookbook train"
+    if config is not None:
+        values["config"] = str(config) if not isinstance(config, dict) else None
+        command = "cookbook launch"
+    header = ["# Every option of this run, resolved: the learning rate, the steps (from --num-epochs) and the",
+              "# warm-up (from --warmup-ratio) are filled in. Run it again with:",
+              f"#   {command} {path}   (add --resume to continue it, or give another --output-dir)",
+              f"# Options from: {'the run file ' + str(run_file) + ' and the command line' if run_file else 'the command line / launch()'}."]
+    if isinstance(config, dict):
+        header.append("# The DeepSpeed config was a dict passed from Python: it is ds_config.json in this folder.")
+    text = "\n".join(header) + "\n" + yaml.safe_dump(values, sort_keys=False, allow_unicode=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _explicit_dests(argv: list[str], with_config: bool) -> set:
+    """Destinations given explicitly on the command line (they win over a run file)."""
+    p = argparse.ArgumentParser(add_help=False)
+    _add_launch_arguments(p, with_config=with_config)
+    p.add_argument("run_file", nargs="?")
+    for a in p._actions:
+        a.default = argparse.SUPPRESS
+    ns, _ = p.parse_known_args(argv)
+    return set(vars(ns))
+
+
 def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> None:
     add_train_arguments(p)
     p.add_argument("--num-processes", "--gpus", dest="num_processes", type=int, default=2,
@@ -817,9 +1086,9 @@ def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> N
     p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--dry-run", action="store_true", help="check everything, write the run folder and print the command only")
     if with_config:
         p.add_argument("--config", default=None, help="your own DeepSpeed JSON (linted before launch)")
-        p.add_argument("--dry-run", action="store_true", help="write the run folder and print the command only")
 
 
 def _interrupt_on_termination() -> None:
@@ -844,9 +1113,40 @@ def _cli_interruptible(args) -> int:
 
 
 def _cli(args) -> int:
-    precision = args.precision or default_precision()
+    with_config = hasattr(args, "config")
+    if getattr(args, "run_file", None):
+        probe = argparse.ArgumentParser(prog=f"cookbook {args.command}" if getattr(args, "command", None) else "cookbook")
+        _add_launch_arguments(probe, with_config=with_config)
+        try:
+            from_file = load_run_file(args.run_file, probe)
+        except RunFileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        argv = getattr(args, "_argv", None)
+        explicit = _explicit_dests(argv[1:], with_config) if argv is not None else set()
+        for dest, value in from_file.items():
+            if dest not in explicit:
+                setattr(args, dest, value)
+    on_gpu = on_gpu_machine()
+    rehearsal = is_rehearsal_model(args.model)
+    precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
+    gc = args.gradient_checkpointing
+    if gc is None:
+        gc = default_gradient_checkpointing(args.model, on_gpu)
+    notes = []
+    if not args.json:
+        if args.precision is None:
+            notes.append(f"[precision] {precision} (default: " + (
+                "this machine's GPU" if on_gpu else "the CPU rehearsal of a tiny model" if rehearsal else
+                f"{args.model} is a real model, planned for a GPU box; bf16 needs Ampere or newer") + ")")
+        if args.gradient_checkpointing is None:
+            notes.append(f"[model] gradient checkpointing {'on' if gc else 'off'} (default: " + (
+                "the CPU rehearsal of a tiny model gains nothing from recomputation; --gradient-checkpointing to "
+                "turn it on" if not gc else f"a run of {args.model} {'on this GPU box' if on_gpu else 'is planned for GPUs'}: "
+                "~1/3 more compute, far less activation memory; --no-gradient-checkpointing to turn it off") + ")")
+        for line in notes:
+            print(line, flush=True)
     try:
-        gc = args.gradient_checkpointing if args.gradient_checkpointing is not None else on_gpu_machine()
         plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
                     host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
                     grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
@@ -868,7 +1168,11 @@ def _cli(args) -> int:
                      main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code,
                      stated=stated, names=getattr(args, "_names", None),
                      packing=args.packing, dataset_split=args.dataset_split, dataset_fields=args.dataset_fields,
-                     chat_template=args.chat_template)
+                     chat_template=args.chat_template, num_epochs=args.num_epochs,
+                     lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                     eval_fraction=args.eval_fraction, eval_dataset=args.eval_dataset, eval_steps=args.eval_steps,
+                     save_total_limit=args.save_total_limit, save_16bit=args.save_16bit, report_to=args.report_to,
+                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None))
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143
@@ -888,13 +1192,20 @@ def _cli(args) -> int:
 
 
 def register(subparsers) -> None:
-    train = subparsers.add_parser("train", help="fine-tune with Accelerate + DeepSpeed ZeRO (config built from the options)",
-                                  description="Fine-tune a model with Accelerate + DeepSpeed ZeRO; the DeepSpeed config "
-                                              "is built from the options. Defaults: a CPU rehearsal of tiny-qwen2 on 2 ranks.")
+    run_file_help = ("a YAML run file: every option as `long-option-name: value` (dashes or underscores); "
+                     "options given on the command line win; unknown keys are an error")
+    train = subparsers.add_parser(
+        "train", help="fine-tune with Accelerate + DeepSpeed ZeRO (config built from the options or a run file)",
+        description="Fine-tune a model with Accelerate + DeepSpeed ZeRO; the DeepSpeed config is built from the "
+                    "options. `cookbook train RUN.yaml` reads every option from a run file (examples: "
+                    "notebooks/qwen14b-8x4090.yaml, notebooks/llama7b-1x4090.yaml). Without options: a CPU rehearsal "
+                    "of tiny-qwen2 on 2 ranks. A real model needs --lr and --num-epochs or --max-steps.")
+    train.add_argument("run_file", nargs="?", default=None, help=run_file_help)
     _add_launch_arguments(train, with_config=False)
     train.set_defaults(func=_cli_interruptible)
     lp = subparsers.add_parser("launch", help="like train, with your own DeepSpeed config (--config) or --dry-run",
                                description="Launch a run with your own DeepSpeed config (linted first), or write the "
-                                           "run folder and print the command (--dry-run).")
+                                           "run folder and print the command (--dry-run). Reads a run file like train.")
+    lp.add_argument("run_file", nargs="?", default=None, help=run_file_help)
     _add_launch_arguments(lp, with_config=True)
     lp.set_defaults(func=_cli_interruptible)

@@ -944,9 +944,38 @@ def _rule_offload(ctx: _Ctx) -> None:
                         f"pin_memory true while host RAM is short: DeepSpeed estimates {need:.0f} GiB per machine for "
                         f"the offloaded model states, the plan has {plan.host_memory_gib:g} GiB; pinned pages cannot be "
                         "swapped out, so the run gets killed instead of slowing down",
-                        "set pin_memory to false (slower transfers, but pageable), add RAM, or offload to NVMe")
+                        _pin_memory_fix(eff, ctx.cfg))
         except Exception:  # noqa: BLE001 — estimate unavailable (model unknown): skip this check
             pass
+
+
+def _pin_memory_fix(plan: Plan, cfg: dict) -> str:
+    """The fix for pinned offload on short host RAM, only as far as the memory estimator says it fits:
+    ``pin_memory: false`` when the pageable buffers (the estimate without the power-of-two rounding of
+    pinned blocks) fit the RAM; otherwise the variants that fit (:func:`cookbook.memory.fixes_that_fit`),
+    or the smallest change."""
+    try:
+        return _pin_memory_fix_checked(plan, cfg)
+    except Exception as exc:  # noqa: BLE001 - no estimate: name only what needs none
+        return f"add host RAM (the memory estimator could not check other fixes: {exc})"
+
+
+def _pin_memory_fix_checked(plan: Plan, cfg: dict) -> str:
+    from .memory import estimate, fixes_that_fit
+    bf16 = cfg.get("bf16") if isinstance(cfg.get("bf16"), dict) else {}
+    b16 = bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
+    est = estimate(plan, bf16_states=b16, ds_config=cfg)
+    unpinned = est.host_gib["total"] - est.host_gib.get("pinned_rounding", 0.0)
+    if unpinned <= plan.host_memory_gib:
+        return (f"set pin_memory to false: unpinned, the host buffers need about {unpinned:.0f} GiB (the cookbook's "
+                f"estimate without the power-of-two rounding of pinned blocks), which fits {plan.host_memory_gib:g} GiB; "
+                "transfers get slower")
+    fixes = fixes_that_fit(plan, exclude=est)
+    head = (f"pin_memory false does not help: the states alone need about {unpinned:.0f} GiB > "
+            f"{plan.host_memory_gib:g} GiB. ")
+    if fixes[0].startswith("nothing"):
+        return head + fixes[0]
+    return head + "Variants the estimator says fit: " + "; ".join(fixes)
 
 
 def _rule_save(ctx: _Ctx) -> None:

@@ -853,6 +853,226 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
 
 
 # --------------------------------------------------------------------------------------------
+# a decision: the recommended variant for a machine, or the smallest change that would fit
+
+#: Cost of bf16 optimizer states, in words (docs/benchmarks.md section 7: H200 and CPU loss curves).
+BF16_STATES_COST = ("bf16 master weights and Adam states: updates smaller than ~0.4% of a weight are lost "
+                    "(measured +0.5 loss at step 6 of a 3B-class run on the H200, +4% on the CPU rehearsal)")
+
+
+def variant_cost(e: MemoryEstimate, short: bool = False) -> str:
+    """What a variant costs in speed or accuracy, in words (for the decision and the suggestions)."""
+    p = e.plan
+    if short:
+        parts = [("optimizer on the CPU" if p.offload_optimizer == "cpu" else ""),
+                 ("parameters over PCIe every pass" if p.offload_param == "cpu" else ""),
+                 (f"{e.nvme_gib:.0f} GiB on NVMe, SSD-bound" if "nvme" in (p.offload_optimizer, p.offload_param) else ""),
+                 ("less precise updates (bf16 states)" if e.bf16_states else "")]
+        return ", ".join(x for x in parts if x) or "no offload"
+    parts = []
+    if p.zero_stage == 3 and p.offload_param == "none":
+        parts.append("parameters all-gathered in every forward and backward (more communication than ZeRO-2)")
+    if p.offload_optimizer == "cpu":
+        parts.append("the optimizer step runs on the CPU (DeepSpeedCPUAdam) and gradients and weights cross PCIe "
+                     "every step")
+    if p.offload_param == "cpu":
+        parts.append("the 16-bit parameters cross PCIe in every forward and backward")
+    if "nvme" in (p.offload_optimizer, p.offload_param):
+        parts.append(f"{e.nvme_gib:.0f} GiB of states on an NVMe SSD per machine, read and written every step "
+                     "(SSD-bound; needs libaio and --nvme-path)")
+    if e.bf16_states:
+        parts.append(BF16_STATES_COST)
+    return "; ".join(parts) if parts else "no offload: the fastest variant"
+
+
+def variant_flags(e: MemoryEstimate) -> str:
+    """The ``cookbook train`` options of a variant."""
+    p = e.plan
+    flags = f"--zero-stage {p.zero_stage} --offload-optimizer {p.offload_optimizer} --offload-param {p.offload_param}"
+    if "nvme" in (p.offload_optimizer, p.offload_param):
+        flags += f" --nvme-path {p.nvme_path}"
+    if e.bf16_states:
+        flags += " --bf16-states"
+    if p.micro_batch != 1 or p.grad_accum != 1:
+        flags += f" --micro-batch {p.micro_batch} --grad-accum {p.grad_accum}"
+    return flags
+
+
+def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None) -> list[MemoryEstimate]:
+    """Estimates in the order of preference: every variant of the ladder (:data:`VARIANTS`, each slower
+    than the one before) with fp32 optimizer states, then with bf16 states, then NVMe offload.
+    ``bf16_states`` True: bf16 states only; False: fp32 only; None: both (bf16 needs precision bf16)."""
+    blocks = []
+    if bf16_states is not True:
+        blocks.append(False)
+    if bf16_states is not False and plan.precision == "bf16":
+        blocks.append(True)
+    local = [v for v in VARIANTS if "nvme" not in v]
+    nvme = [v for v in VARIANTS if "nvme" in v]
+    order = [(v, b) for b in blocks for v in local] + [(v, b) for b in blocks for v in nvme]
+    out = []
+    for (stage, opt, par), b16 in order:
+        if b16 and stage == 0:
+            continue
+        changes = {"zero_stage": stage, "offload_optimizer": opt, "offload_param": par}
+        if "nvme" in (opt, par) and not plan.nvme_path:
+            changes["nvme_path"] = "/local_nvme"
+        out.append(estimate(plan.replace(**changes), bf16_states=b16, spec=spec, device=device))
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The variant to run on a machine, or why nothing fits and the smallest changes that would.
+
+    Attributes:
+        plan: the machine and batch shape asked about.
+        recommended: the first estimate that fits in :func:`decide`'s order, or None.
+        fitting: every estimate that fits, in that order (the recommended one first).
+        candidates: every estimate considered.
+        changes: when nothing fits, ``(change, estimate)`` pairs that would fit, smallest first.
+    """
+
+    plan: Plan
+    recommended: MemoryEstimate | None
+    fitting: tuple
+    candidates: tuple
+    changes: tuple = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.recommended is not None
+
+    def _machine(self) -> str:
+        p = self.plan
+        host = f"{p.host_memory_gib:g} GiB host RAM" if p.host_memory_gib is not None else "host RAM not given"
+        return (f"{p.model} on {p.num_gpus} × {p.gpu_memory_gib:g} GiB GPU(s), {host}, micro batch {p.micro_batch} × "
+                f"{p.seq_len} tokens × accumulation {p.grad_accum}")
+
+    def lines(self) -> list[str]:
+        """The decision in words, one line per fact."""
+        out = [f"decision for {self._machine()}:"]
+        if self.recommended is not None:
+            e = self.recommended
+            out.append(f"  recommended: {e.verdict}")
+            out.append(f"    cost: {variant_cost(e)}")
+            out.append(f"    options: {variant_flags(e)}")
+            if e.fits_host is None:
+                out.append(f"    host RAM was not given: this variant needs {e.host_gib['total']:.1f} GiB per machine "
+                           "(--host-memory-gib to check)")
+            skipped = [c for c in self.candidates[:self.candidates.index(e)] if not c.fits]
+            skipped = [c for c in skipped if c.fits_gpu][:3] or skipped[-2:]  # the ones only host RAM stops first
+            if skipped:
+                out.append("    preferred variants that do not fit: " + "; ".join(
+                    f"{c.plan.label}{' (bf16 states)' if c.bf16_states else ''} needs "
+                    + (f"{c.gpu_gib['total']:.1f} GiB per GPU" if not c.fits_gpu else
+                       f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped))
+            for other in self.fitting[1:4]:
+                out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
+        else:
+            out.append("  NOTHING FITS: no ZeRO variant, with fp32 or bf16 states or NVMe offload, fits this machine.")
+            if self.changes:
+                out.append("  the smallest change that would fit, then others:")
+                for change, e in self.changes:
+                    out.append(f"    - {change}: {e.verdict}")
+            else:
+                out.append("  no single change tried (micro batch, gradient checkpointing, bf16, host RAM, GPU memory) "
+                           "fits: more GPUs are needed")
+        return out
+
+    def to_dict(self) -> dict:
+        r = self.recommended
+        return {"fits": self.fits, "recommended": None if r is None else dict(
+                    r.to_dict(), cost=variant_cost(r), options=variant_flags(r)),
+                "fitting": [e.verdict for e in self.fitting],
+                "changes": [{"change": c, "verdict": e.verdict, "options": variant_flags(e)} for c, e in self.changes]}
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda", spec=None) -> Decision:
+    """The ZeRO variant to run ``plan``'s model and batch shape on ``plan``'s machine (GPU count and
+    memory, host RAM), or the smallest changes that would make one fit.
+
+    Order of preference (the first that fits GPU and host is recommended): the ladder of
+    :data:`~cookbook.plan.VARIANTS` (ZeRO-2, ZeRO-2 + optimizer offload, ZeRO-3, + optimizer offload,
+    + parameter offload; each moves more over PCIe) with fp32 optimizer states; then the same with
+    bf16 states (exact numerics first; :data:`BF16_STATES_COST`); then NVMe offload (SSD-bound).
+    ``bf16_states`` True/False restricts to one kind of states; None considers both (bf16 needs
+    ``plan.precision == "bf16"``). An unknown host RAM counts as fitting (and is said).
+
+    When nothing fits, the changes tried, smallest first: a smaller micro batch (a divisor of micro batch ×
+    accumulation, the accumulation raised to keep the global batch exactly), gradient checkpointing on, precision bf16 with bf16 states, more
+    host RAM (the least any GPU-fitting variant needs), more GPU memory (the least any variant needs).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    if spec is None:
+        from .models import model_spec
+        spec = model_spec(plan.model)
+    cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec)
+    fitting = tuple(e for e in cands if e.fits)
+    if fitting:
+        return Decision(plan, fitting[0], fitting, tuple(cands))
+
+    def first_fit(p: Plan, b16=bf16_states):
+        return next((e for e in _candidates(p, bf16_states=b16, device=device, spec=spec) if e.fits), None)
+
+    changes = []
+    global_batch = plan.micro_batch * plan.grad_accum
+    for mb in [m for m in range(plan.micro_batch - 1, 0, -1) if global_batch % m == 0]:
+        ga = global_batch // mb
+        e = first_fit(plan.replace(micro_batch=mb, grad_accum=ga))
+        if e is not None:
+            changes.append((f"micro batch {mb} with gradient accumulation {ga} (the same {global_batch} sequences per "
+                            "rank and optimizer step; less activation memory)", e))
+            break
+    if not plan.gradient_checkpointing:
+        e = first_fit(plan.replace(gradient_checkpointing=True))
+        if e is not None:
+            changes.append(("gradient checkpointing on (--gradient-checkpointing: ~1/3 more compute)", e))
+    if plan.precision != "bf16" or bf16_states is False:
+        e = first_fit(plan.replace(precision="bf16"), b16=True)
+        if e is not None:
+            changes.append(("precision bf16 with bf16 states (--precision bf16 --bf16-states; Ampere or newer)", e))
+    gpu_ok = [e for e in cands if e.fits_gpu]
+    if gpu_ok and plan.host_memory_gib is not None:
+        least = min(gpu_ok, key=lambda e: e.host_gib["total"])
+        need = math.ceil(least.host_gib["total"])
+        changes.append((f"more host RAM: {need} GiB per machine (have {plan.host_memory_gib:g})",
+                        estimate(least.plan.replace(host_memory_gib=float(need)), bf16_states=least.bf16_states,
+                                 spec=spec, device=device)))
+    if not gpu_ok:
+        least = min(cands, key=lambda e: e.gpu_gib["total"])
+        need = math.ceil(least.gpu_gib["total"])
+        host = max(plan.host_memory_gib or 0, math.ceil(least.host_gib["total"])) if plan.host_memory_gib else None
+        e = estimate(least.plan.replace(gpu_memory_gib=float(need), host_memory_gib=host),
+                     bf16_states=least.bf16_states, spec=spec, device=device)
+        changes.append((f"GPUs with {need} GiB (have {plan.gpu_memory_gib:g})"
+                        + (f" and {host} GiB host RAM" if host and host != plan.host_memory_gib else ""), e))
+    return Decision(plan, None, (), tuple(cands), tuple(changes))
+
+
+def fixes_that_fit(plan: Plan, *, exclude: MemoryEstimate | None = None, device: str = "cuda",
+                   limit: int = 3) -> list[str]:
+    """Fixes for a plan that does not fit, each one a variant the estimator says fits ``plan``'s machine
+    (:func:`decide`), with its options, its host and GPU need and its cost; when none fits, the smallest
+    changes that would. For ``cookbook env`` and ``cookbook lint``: they suggest nothing else."""
+    d = decide(plan, device=device)
+    same = (lambda e: exclude is not None and e.plan.label == exclude.plan.label
+            and e.bf16_states == exclude.bf16_states)
+    if d.fits:
+        return [f"{e.plan.label}{' with bf16 states' if e.bf16_states else ''} ({variant_flags(e)}): host "
+                f"{e.host_gib['total']:.0f} GiB, GPU {e.gpu_gib['total']:.1f} GiB; cost: {variant_cost(e, short=True)}"
+                for e in d.fitting if not same(e)][:limit]
+    return [f"nothing fits {plan.host_memory_gib:g} GiB of host RAM and {plan.gpu_memory_gib:g} GiB GPUs; the smallest "
+            f"change: {change} ({e.verdict})" for change, e in d.changes[:1]] or \
+        ["nothing fits this machine, whatever the ZeRO variant: more GPUs are needed"]
+
+
+# --------------------------------------------------------------------------------------------
 # estimate beside measurement
 
 def compare(estimate: MemoryEstimate | Mapping, measured: Mapping[str, Any]):
@@ -1116,11 +1336,14 @@ def _run_cli(args) -> int:
         device = "cpu" if args.cpu_rehearsal else "cuda"
         if args.sweep:
             result = sweep(plan, bf16_states=args.bf16_states, device=device)
+            decision = decide(plan, bf16_states=True if args.bf16_states else None, device=device)
             if args.json:
-                print(json.dumps(result.to_dict(), indent=1))
+                print(json.dumps({"variants": result.to_dict(), "decision": decision.to_dict()}, indent=1))
             else:
                 print(str(result))
-            return 0
+                print()
+                print(str(decision))
+            return 0 if decision.fits else 1
         est = estimate(plan, bf16_states=args.bf16_states, device=device)
     except (ModelNotFoundError, EstimateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -1141,11 +1364,13 @@ def register(subparsers) -> None:
                    help="bf16 master weights, gradients and Adam states (halves host RAM; less precise)")
     p.add_argument("--cpu-rehearsal", action="store_true",
                    help="estimate a CPU rehearsal run (every rank's memory is host RAM)")
-    p.add_argument("--sweep", action="store_true", help="a table over every ZeRO stage/offload variant")
+    p.add_argument("--sweep", action="store_true",
+                   help="a table over every ZeRO stage/offload variant, then the recommended one for this machine "
+                        "(bf16 states and NVMe included) or the smallest change that would fit; exit 1 when nothing fits")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

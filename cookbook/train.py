@@ -5,16 +5,25 @@ Started once per rank by ``accelerate launch -m cookbook.train ...`` (the launch
 ``cookbook train`` rather than calling this directly). The DeepSpeed JSON in the run folder is the
 single source of truth for batch shape, precision, optimizer (AdamW) and learning-rate schedule.
 
+Before anything else, :func:`validate_inputs` checks every input and fills in what the user left to
+the run: the learning rate (required for real models; the tiny test models default to 3e-3), the
+number of steps (from ``--num-epochs`` as the HF Trainer counts them), the warm-up; it refuses a model
+without weights on a GPU box (``--random-weights`` to do it on purpose) and a model folder without a
+tokenizer. :func:`describe_inputs` says what is real, on the launcher's console and in rank 0's log.
+
 Writes into ``--output-dir``:
   * ``metrics.jsonl``: one JSON object per optimizer step (step, loss, lr, grad_norm, tokens_per_s,
     samples_per_s, tflops, mfu, peak GPU allocated/reserved GiB, host RSS GiB, and the shape that ran:
-    real tokens, token slots, packing efficiency, real tokens per row mean/max, widest row);
+    real tokens, token slots, packing efficiency, real tokens per row mean/max, widest row; ``eval_loss``
+    and ``eval_tokens`` at the steps where the eval set was measured);
+  * with ``--report-to tensorboard``, the same through Accelerate's tracker in ``tensorboard/``;
   * ``summary.json``: status, world size, first/last loss, throughput, peaks, the rows that ran
     (packing, tokens per row and per micro batch, packing efficiency, the attention path), the
     estimate beside the measurement for that shape, the ZeRO partition of each rank, the DeepSpeed
     config used;
-  * ``checkpoints/step-N``: DeepSpeed state for ``--resume`` plus gathered 16-bit weights
-    (see :mod:`cookbook.checkpoint`); ``final_model/``: the verified 16-bit model.
+  * ``checkpoints/step-N``: DeepSpeed state for ``--resume`` plus gathered 16-bit weights (only in the
+    final one with ``--save-16bit final``), the newest ``--save-total-limit`` kept (see
+    :mod:`cookbook.checkpoint`); ``final_model/``: the verified 16-bit model.
 Progress goes to stdout on rank 0 as lines ``COOKBOOK_STEP {json}`` (read by the launch helper).
 """
 from __future__ import annotations
@@ -46,11 +55,26 @@ class TrainInputError(ValueError):
     """Bad input to the training entry; the message names the option, the value and the fix."""
 
 
+#: ``--report-to`` choices: Accelerate trackers the cookbook wires up (``accelerate.tracking``).
+REPORT_TO = ("none", "tensorboard")
+#: ``--save-16bit`` choices: gather the 16-bit model at every checkpoint, or only at the final save.
+SAVE_16BIT = ("every", "final")
+#: The default ``--warmup-ratio``: 5% of the steps.
+DEFAULT_WARMUP_RATIO = 0.05
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``cookbook train`` that reach every rank."""
+    from .dsconfig import LR_SCHEDULERS
     p.add_argument("--model", default="tiny-qwen2",
-                   help="shipped name (random weights), local folder with weights, or cached hub id")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model's own, else the shipped one)")
+                   help="local folder with config.json and weights, a hub id in your Hugging Face cache, or a "
+                        "shipped architecture name (random weights: qwen-14b, llama-7b, ...; tiny-qwen2 for rehearsals)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer folder; 'shipped' for the shipped 2,048-token tokenizer on purpose (default: the "
+                        "model folder's own; shipped architectures use the shipped one)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="train a model that has no weights (a shipped architecture, a config-only folder) from random "
+                        "initialisation on a GPU box, on purpose: memory and speed are real, the result is not")
     p.add_argument("--dataset", default=None,
                    help="JSONL/JSON/parquet/csv file, a datasets folder, or a datasets hub id already in the local cache; "
                         "formats: Alpaca, chat messages, ShareGPT, prompt/completion, text (default: shipped chats)")
@@ -73,25 +97,50 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--seq-len", type=int, default=128,
                    help="tokens per row: packed rows hold exactly this many; without packing, examples are cut to it")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW; 3e-3 suits the tiny models)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: 5%% of max steps)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (AdamW). Required for real models: full fine-tunes of 7B-14B use "
+                        "1e-5 - 2e-5. Default only for the shipped tiny models: 3e-3")
+    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default="linear",
+                   help="after warm-up: linear decay to 0, cosine to 0, or constant (DeepSpeed WarmupDecayLR / "
+                        "WarmupCosineLR / WarmupLR)")
+    p.add_argument("--warmup-ratio", type=float, default=DEFAULT_WARMUP_RATIO,
+                   help="linear warm-up over ceil(ratio x steps) steps (default 0.05)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps; wins over --warmup-ratio")
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
-    p.add_argument("--max-steps", type=int, default=40, help="optimizer steps to run")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="optimizer steps to run; wins over --num-epochs (default for the tiny models: 40)")
+    p.add_argument("--num-epochs", type=float, default=None,
+                   help="passes over the training examples; steps = ceil(epochs x ceil(ceil(examples / (micro batch "
+                        "x ranks)) / grad accum)), as the HF Trainer counts them")
+    p.add_argument("--eval-fraction", type=float, default=0.0,
+                   help="hold out this fraction of the dataset (seeded) for eval loss (e.g. 0.05)")
+    p.add_argument("--eval-dataset", default=None, help="a separate JSONL / datasets folder for eval loss")
+    p.add_argument("--eval-steps", type=int, default=None,
+                   help="eval loss every N steps (and at the last step); default: at the last step only")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="bf16 / fp16 / fp32 (default: bf16 on Ampere+ GPUs, fp16 on older GPUs, fp32 on CPU)")
     p.add_argument("--bf16-states", action="store_true",
                    help="keep master weights, gradients and Adam moments in bf16 (halves host RAM under offload)")
     gc = p.add_mutually_exclusive_group()
     gc.add_argument("--gradient-checkpointing", dest="gradient_checkpointing", action="store_true", default=None,
-                    help="recompute activations in backward (less memory, ~1/3 more compute); default on for GPUs")
+                    help="recompute activations in backward (less memory, ~1/3 more compute); default on, except "
+                         "for the CPU rehearsal of a tiny model")
     gc.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
     p.add_argument("--output-dir", default="runs/train", help="run folder: metrics, summary, checkpoints, model")
     p.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--save-total-limit", type=int, default=None,
+                   help="keep only the newest N complete checkpoints (older ones are deleted after each save)")
+    p.add_argument("--save-16bit", choices=SAVE_16BIT, default="every",
+                   help="gather the 16-bit model into every checkpoint, or only into the final one (intermediate "
+                        "checkpoints then hold only the DeepSpeed state for --resume; ~28 GB less per save for 14B)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --output-dir")
-    p.add_argument("--seed", type=int, default=1234, help="seed for weights and data order")
+    p.add_argument("--seed", type=int, default=1234, help="seed for weights, data order and the eval split")
     p.add_argument("--verify-save", choices=("full", "shapes", "off"), default="full",
                    help="after saving: reload and compare logits (full), check shapes only, or skip")
     p.add_argument("--no-final-save", dest="final_save", action="store_false", help="do not save the model at the end")
+    p.add_argument("--report-to", choices=REPORT_TO, default="none",
+                   help="also log metrics through Accelerate's tracker (tensorboard: OUTPUT_DIR/tensorboard; needs "
+                        "`pip install tensorboard`)")
     p.add_argument("--emulate-gpu-memory-gib", type=float, default=None,
                    help="cap each rank's GPU memory to emulate a smaller card (e.g. 24 on an H200)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code (off unless asked)")
@@ -101,19 +150,51 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 # input validation, shared with the launch helper (runs before anything is launched)
 
+def tensorboard_available() -> bool:
+    """Whether Accelerate's TensorBoard tracker can write (``torch.utils.tensorboard`` needs the
+    ``tensorboard`` package; Accelerate falls back to ``tensorboardX``)."""
+    import importlib.util
+    return any(importlib.util.find_spec(m) is not None for m in ("tensorboard", "tensorboardX"))
+
+
 def validate_args(args) -> list[str]:
     """Check the options that need no model or data; returns messages (empty when fine)."""
     problems = []
-    for name in ("micro_batch", "grad_accum", "max_steps", "seq_len"):
+    for name in ("micro_batch", "grad_accum", "seq_len"):
         v = getattr(args, name)
         if v is None or v < 1:
             problems.append(f"--{name.replace('_', '-')}={v}: must be 1 or more")
-    if args.lr is None or not (args.lr > 0 and math.isfinite(args.lr)):
+    if args.max_steps is not None and args.max_steps < 1:
+        problems.append(f"--max-steps={args.max_steps}: must be 1 or more (or leave it out and give --num-epochs)")
+    epochs = getattr(args, "num_epochs", None)
+    if epochs is not None and not (epochs > 0 and math.isfinite(epochs)):
+        problems.append(f"--num-epochs={epochs}: must be a positive number such as 3 (fractions allowed: 0.5)")
+    if args.lr is not None and not (args.lr > 0 and math.isfinite(args.lr)):
         problems.append(f"--lr={args.lr}: must be a positive number such as 2e-5")
     if args.save_steps is not None and args.save_steps < 0:
         problems.append(f"--save-steps={args.save_steps}: must be 0 (end only) or a positive number of steps")
     if args.warmup_steps is not None and args.warmup_steps < 0:
         problems.append(f"--warmup-steps={args.warmup_steps}: must be 0 or more")
+    ratio = getattr(args, "warmup_ratio", DEFAULT_WARMUP_RATIO)
+    if ratio is None or not (0 <= ratio < 1):
+        problems.append(f"--warmup-ratio={ratio}: a fraction of the steps in [0, 1), e.g. 0.03")
+    frac = getattr(args, "eval_fraction", 0.0) or 0.0
+    if not (0 <= frac < 1):
+        problems.append(f"--eval-fraction={frac}: a fraction of the dataset in [0, 1), e.g. 0.05")
+    if frac and getattr(args, "eval_dataset", None):
+        problems.append("--eval-fraction and --eval-dataset: give one of them (a held-out fraction of --dataset, or a "
+                        "separate eval file)")
+    eval_steps = getattr(args, "eval_steps", None)
+    if eval_steps is not None and eval_steps < 1:
+        problems.append(f"--eval-steps={eval_steps}: must be 1 or more")
+    if eval_steps is not None and not frac and not getattr(args, "eval_dataset", None):
+        problems.append(f"--eval-steps={eval_steps}: there is no eval set; add --eval-fraction 0.05 or --eval-dataset FILE")
+    limit = getattr(args, "save_total_limit", None)
+    if limit is not None and limit < 1:
+        problems.append(f"--save-total-limit={limit}: must be 1 or more (the newest complete checkpoint is always kept)")
+    if getattr(args, "report_to", "none") == "tensorboard" and not tensorboard_available():
+        problems.append("--report-to tensorboard: neither tensorboard nor tensorboardX is installed; "
+                        "`pip install tensorboard` (or pip install -e '.[tensorboard]'), or leave --report-to out")
     if args.offload_param != "none" and args.zero_stage != 3:
         problems.append(f"--offload-param={args.offload_param} needs --zero-stage 3 (got {args.zero_stage})")
     if args.offload_optimizer != "none" and args.zero_stage == 0:
@@ -129,7 +210,8 @@ def run_fingerprint(args) -> dict:
             "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "seed": args.seed,
             "packing": getattr(args, "packing", None), "dataset_split": getattr(args, "dataset_split", None),
             "dataset_fields": getattr(args, "dataset_fields", None),
-            "chat_template": getattr(args, "chat_template", None)}
+            "chat_template": getattr(args, "chat_template", None),
+            "eval_fraction": getattr(args, "eval_fraction", 0.0) or 0.0}
 
 
 def check_output_dir(args, world_size: int) -> list[str]:
@@ -156,27 +238,165 @@ def check_output_dir(args, world_size: int) -> list[str]:
 
 
 def resolve_tokenizer_path(args) -> str | None:
+    """The tokenizer folder to load, or None for the shipped tokenizer.
+
+    ``--tokenizer`` wins (``shipped`` names the shipped one); a shipped architecture uses the shipped
+    tokenizer; a model folder uses its own.
+
+    Raises:
+        TrainInputError: a model folder without tokenizer files and no ``--tokenizer``: another
+            tokenizer's ids would index the wrong embedding rows, so this is never a silent fallback.
+    """
+    if args.tokenizer == "shipped":
+        return None
     if args.tokenizer:
         return args.tokenizer
-    from .models import resolve_model_path
+    from .models import TOKENIZER_FILES, has_tokenizer_files, resolve_model_path
     folder, source = resolve_model_path(args.model)
-    if source != "shipped" and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model")):
+    if source == "shipped":
+        return None  # the shipped tokenizer
+    if has_tokenizer_files(folder):
         return str(folder)
-    return None  # the shipped tokenizer
+    raise TrainInputError(
+        f"--model={args.model}: {folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}). Training with a "
+        "tokenizer that is not the model's maps text to the wrong embedding rows. Pass --tokenizer FOLDER with the "
+        "model's own tokenizer (`hf download` of the model includes it), or --tokenizer shipped to train with the "
+        "shipped 2,048-token tokenizer on purpose.")
 
 
-def validate_inputs(args, world_size: int, keep_data: bool = False) -> dict:
-    """Everything that can be checked before launching: options, model, tokenizer, data, output folder.
+def describe_tokenizer(args, tok, path: str | None) -> str:
+    """Which tokenizer a run uses, in words, with its vocabulary (for the console and the summary)."""
+    from .models import TOKENIZER_DIR
+    if path is None:
+        why = "asked for with --tokenizer shipped" if args.tokenizer == "shipped" else \
+            f"{args.model} is a shipped architecture without a tokenizer"
+        return f"shipped {len(tok):,}-token tokenizer ({TOKENIZER_DIR}; {why})"
+    own = "the model folder's own" if not args.tokenizer else "--tokenizer"
+    return f"{path} ({own}), {len(tok):,} tokens"
 
-    Returns facts for the log (examples, rows, truncated count, vocabulary sizes); with ``keep_data``
-    also ``tokenizer`` and ``data`` (the examples tokenized whole, for :func:`cookbook.data.make_rows`).
+
+def split_records(records, n_eval: int, seed: int):
+    """(train, eval) records: ``n_eval`` records drawn with ``random.Random(seed)``, the rest for
+    training, both in their original order. Works on a ``datasets.Dataset`` (``select``) or a list."""
+    import random
+    idx = list(range(len(records)))
+    random.Random(seed).shuffle(idx)
+    held, kept = sorted(idx[:n_eval]), sorted(idx[n_eval:])
+    if hasattr(records, "select"):
+        return records.select(kept), records.select(held)
+    return [records[i] for i in kept], [records[i] for i in held]
+
+
+def build_datasets(args, tok) -> tuple:
+    """(train examples, train rows, eval examples or None, facts) for ``args``: the records of ``--dataset``
+    (any accepted format, ``--dataset-fields``, ``--dataset-split``) minus the ``--eval-fraction`` held out
+    (or ``--eval-dataset``). Training examples are tokenized whole and counted as the rows they make
+    (:func:`cookbook.data.make_rows`; packed unless ``--no-packing``: the rank decides packing for good
+    once it sees the model's attention); eval examples are tokenized one per row, cut to ``--seq-len``.
+
+    Facts: ``records``, ``examples``, ``rows``, ``truncated`` (cut to ``--seq-len``), ``format``,
+    ``format_description``, ``longer_than_seq_len``, ``eval_examples``, ``eval_truncated``,
+    ``eval_source``, and ``data_report`` (the format and the rows, for the console).
+
+    Raises:
+        DataError: the data loader's errors; TrainInputError: an eval split that leaves nothing.
+    """
+    from .data import load_records, make_rows, tokenize
+    fields, split = getattr(args, "dataset_fields", None), getattr(args, "dataset_split", None)
+    records = load_records(args.dataset, fields=fields, split=split)
+    eval_records, eval_source = None, None
+    frac = getattr(args, "eval_fraction", 0.0) or 0.0
+    if frac:
+        n_eval = max(1, math.ceil(frac * len(records)))
+        if n_eval >= len(records):
+            raise TrainInputError(f"--eval-fraction={frac}: holds out {n_eval} of {len(records)} records and leaves "
+                                  "none to train on; lower it")
+        records, eval_records = split_records(records, n_eval, args.seed)
+        eval_source = f"{n_eval} records held out of --dataset (--eval-fraction {frac:g}, seed {args.seed})"
+    elif getattr(args, "eval_dataset", None):
+        eval_records = load_records(args.eval_dataset, fields=fields)
+        eval_source = f"--eval-dataset {args.eval_dataset}"
+    data = tokenize(records, tok, args.seq_len, packing=True)
+    rows = make_rows(data, args.seq_len, packing=getattr(args, "packing", None) is not False, seed=args.seed,
+                     pad_id=tok.pad_token_id)
+    eval_data = tokenize(eval_records, tok, args.seq_len) if eval_records is not None else None
+    facts = {"records": len(records), "examples": len(data), "rows": len(rows), "truncated": rows.cut,
+             "format": records.format, "format_description": records.describe(),
+             "longer_than_seq_len": data.num_longer,
+             "data_report": f"{records.describe()}; {rows.describe()}",
+             "eval_examples": len(eval_data) if eval_data is not None else 0,
+             "eval_truncated": eval_data.num_truncated if eval_data is not None else None,
+             "eval_source": eval_source}
+    return data, rows, eval_data, facts
+
+
+def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
+    """Fill ``args.lr``, ``args.max_steps`` and ``args.warmup_steps`` (in place) and say where each came from.
+
+    * ``--lr``: required for real models; the shipped tiny models default to
+      :data:`cookbook.models.REHEARSAL_LR` (3e-3), which is 100-300x too high for a 7B-14B model.
+    * ``--max-steps`` wins over ``--num-epochs`` (as in the HF Trainer); epochs become steps with
+      :func:`cookbook.dsconfig.total_steps_for_epochs`; the tiny models default to 40 steps.
+    * warm-up: ``--warmup-steps`` wins, else ``ceil(max_steps × --warmup-ratio)``
+      (:func:`cookbook.dsconfig.warmup_steps_for`).
+
+    Raises:
+        TrainInputError: no ``--lr`` or no length (steps/epochs) for a real model.
+    """
+    from .dsconfig import steps_per_epoch, total_steps_for_epochs, warmup_steps_for
+    from .models import REHEARSAL_LR, REHEARSAL_MAX_STEPS, is_rehearsal_model
+    rehearsal = is_rehearsal_model(args.model)
+    out = {}
+    if args.lr is None:
+        if not rehearsal:
+            raise TrainInputError(
+                f"--lr: required for --model {args.model} (there is no default for real models). Full fine-tunes of "
+                "7B-14B models typically use 1e-5 - 2e-5 (Stanford Alpaca: 2e-5 for LLaMA-7B; Qwen's finetune.py: "
+                "1e-5); the tiny models' 3e-3 would be 100-300x too high.")
+        args.lr, out["lr_source"] = REHEARSAL_LR, "the shipped tiny models' default"
+    else:
+        out["lr_source"] = "--lr"
+    spe = steps_per_epoch(num_examples, args.micro_batch, args.grad_accum, world_size)
+    epochs = getattr(args, "num_epochs", None)
+    if args.max_steps is None:
+        if epochs is not None:
+            args.max_steps = total_steps_for_epochs(epochs, num_examples, args.micro_batch, args.grad_accum, world_size)
+            out["steps_source"] = f"--num-epochs {epochs:g} × {spe} steps per epoch"
+        elif rehearsal:
+            args.max_steps, out["steps_source"] = REHEARSAL_MAX_STEPS, "the shipped tiny models' default"
+        else:
+            raise TrainInputError(
+                f"--max-steps / --num-epochs: give one for --model {args.model} (e.g. --num-epochs 3; one epoch of "
+                f"{num_examples:,} rows is {spe} optimizer steps at this batch shape)")
+    else:
+        out["steps_source"] = "--max-steps" + (f" (wins over --num-epochs {epochs:g})" if epochs is not None else "")
+    ratio = getattr(args, "warmup_ratio", DEFAULT_WARMUP_RATIO)
+    explicit = args.warmup_steps
+    args.warmup_steps = warmup_steps_for(args.max_steps, ratio, explicit)
+    out["warmup_source"] = "--warmup-steps" if explicit is not None else f"ceil({ratio:g} × {args.max_steps})"
+    out.update(lr=args.lr, max_steps=args.max_steps, warmup_steps=args.warmup_steps, steps_per_epoch=spe,
+               epochs=round(args.max_steps / spe, 3), lr_scheduler=getattr(args, "lr_scheduler", "linear"))
+    return out
+
+
+def validate_inputs(args, world_size: int, *, gpu_box: bool | None = None, keep_data: bool = False) -> dict:
+    """Everything that can be checked before launching: options, model, tokenizer, data, output folder,
+    the learning rate and the run's length (filled into ``args``, see :func:`resolve_hyperparameters`).
+
+    Args:
+        gpu_box: whether the run is on GPUs (None: whether this machine has an NVIDIA GPU, by NVML).
+            On a GPU box a model without weights needs ``--random-weights``.
+
+    Returns facts for the console and the log (:func:`describe_inputs`): model source, tokenizer,
+    examples, rows, truncation, the eval split, the schedule; with ``keep_data`` also ``tokenizer``,
+    ``data`` (the examples tokenized whole, for :func:`cookbook.data.make_rows`) and ``eval_data``.
     The rows are counted as they will be built with ``--packing`` (on unless ``--no-packing``).
 
     Raises:
         TrainInputError: naming the option, the value and the fix.
     """
-    from .data import DataError, load_records, load_tokenizer, make_rows, tokenize
-    from .models import ModelNotFoundError, model_spec
+    from .data import DataError, load_tokenizer
+    from .models import ModelNotFoundError, describe_source, download_hint, is_rehearsal_model, model_spec
     problems = validate_args(args) + check_output_dir(args, world_size)
     if problems:
         raise TrainInputError("; ".join(problems))
@@ -184,28 +404,59 @@ def validate_inputs(args, world_size: int, keep_data: bool = False) -> dict:
         spec = model_spec(str(args.model), args.trust_remote_code)
     except ModelNotFoundError as exc:
         raise TrainInputError(str(exc)) from None
+    if gpu_box is None:
+        from .launch import on_gpu_machine
+        gpu_box = on_gpu_machine()
+    if not spec.has_weights and gpu_box and not getattr(args, "random_weights", False) \
+            and not is_rehearsal_model(args.model):
+        raise TrainInputError(
+            f"--model={args.model}: {describe_source(spec)}. On a GPU box that trains a randomly initialised "
+            f"{spec.num_params / 1e9:.1f}e9-parameter model: memory and speed are real, the result is not a fine-tune. "
+            f"To fine-tune the real model, {download_hint(args.model)} To measure memory and speed on purpose, "
+            "add --random-weights.")
     try:
-        tok = load_tokenizer(resolve_tokenizer_path(args), args.trust_remote_code,
-                             chat_template=getattr(args, "chat_template", None))
-        records = load_records(args.dataset, fields=getattr(args, "dataset_fields", None),
-                               split=getattr(args, "dataset_split", None))
-        data = tokenize(records, tok, args.seq_len, packing=True)
-        rows = make_rows(data, args.seq_len, packing=getattr(args, "packing", None) is not False, seed=args.seed,
-                         pad_id=tok.pad_token_id)
+        tok_path = resolve_tokenizer_path(args)
+        tok = load_tokenizer(tok_path, args.trust_remote_code, chat_template=getattr(args, "chat_template", None))
+        data, rows, eval_data, facts = build_datasets(args, tok)
     except DataError as exc:
         raise TrainInputError(str(exc)) from None
     if len(tok) > spec.vocab_size:
         raise TrainInputError(
             f"--tokenizer: its vocabulary has {len(tok)} tokens but the model's embedding has {spec.vocab_size}; "
             "token ids past the embedding would crash; use the tokenizer that belongs to the model")
+    hp = resolve_hyperparameters(args, len(rows), world_size)
     global_batch = args.micro_batch * args.grad_accum * world_size
-    facts = {"examples": len(data), "truncated": rows.cut, "rows": len(rows), "format": records.format,
-             "format_description": records.describe(), "longer_than_seq_len": data.num_longer,
-             "tokenizer_vocab": len(tok), "model_vocab": spec.vocab_size, "num_params": spec.num_params,
-             "global_batch": global_batch, "epochs": round(args.max_steps * global_batch / len(rows), 2)}
+    facts.update({"tokenizer_vocab": len(tok), "tokenizer": tok_path or "shipped",
+                  "tokenizer_source": describe_tokenizer(args, tok, tok_path), "model": str(args.model),
+                  "model_source": describe_source(spec), "random_weights": not spec.has_weights,
+                  "model_vocab": spec.vocab_size, "num_params": spec.num_params, "global_batch": global_batch,
+                  "seq_len": args.seq_len, "hyperparameters": hp, "epochs": hp["epochs"]})
     if keep_data:
-        facts.update(tokenizer=tok, data=data)
+        facts.update(tokenizer=tok, data=data, eval_data=eval_data)
     return facts
+
+
+def describe_inputs(facts: dict) -> list[str]:
+    """What a run really trains, one console line per fact: model source (random weights or not),
+    tokenizer and vocabulary, examples, truncation, the data loader's report (packing), the eval split
+    and the schedule."""
+    hp = facts.get("hyperparameters") or {}
+    lines = [f"[model] {facts['model']}: {facts['num_params']:,} parameters; {facts['model_source']}",
+             f"[tokenizer] {facts['tokenizer_source']}; the model's embedding has {facts['model_vocab']:,} rows"]
+    data = (f"[data] {facts['examples']:,} training examples"
+            + (f" of {facts['records']:,} records" if facts.get("records") not in (None, facts["examples"]) else "")
+            + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} were truncated"
+               if facts.get("truncated") is not None else ""))
+    lines.append(data)
+    if facts.get("data_report"):
+        lines.append(f"[data] {facts['data_report']}")
+    if facts.get("eval_source"):
+        lines.append(f"[eval] {facts['eval_examples']:,} eval examples: {facts['eval_source']}")
+    if hp:
+        lines.append(f"[schedule] lr {hp['lr']:g} ({hp['lr_source']}), {hp['lr_scheduler']} after {hp['warmup_steps']} "
+                     f"warm-up step(s) ({hp['warmup_source']}); {hp['max_steps']} optimizer steps ({hp['steps_source']}) "
+                     f"= {hp['epochs']:g} epoch(s) at a global batch of {facts['global_batch']} sequences")
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,13 +679,14 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
 
     # Before Accelerate enables ZeRO-3 init (which would hook the meta-device model count too).
     expected = int(os.environ.get("WORLD_SIZE", "1"))
-    facts = validate_inputs(args, expected, keep_data=True)
-    tok, tokenized = facts.pop("tokenizer"), facts.pop("data")
+    facts = validate_inputs(args, expected, gpu_box=cuda, keep_data=True)
+    tok, tokenized, eval_data = facts.pop("tokenizer"), facts.pop("data"), facts.pop("eval_data")
 
     # On a CPU-only machine Accelerate finds no backend for the device and each rank would run alone
     # (num_processes reads 1): ask for gloo explicitly so the world is real.
     handlers = [] if cuda else [InitProcessGroupKwargs(backend="gloo")]
-    accelerator = Accelerator(kwargs_handlers=handlers)
+    tracking = {} if args.report_to == "none" else {"log_with": args.report_to, "project_dir": str(args.output_dir)}
+    accelerator = Accelerator(kwargs_handlers=handlers, **tracking)
     world = accelerator.num_processes
     if world != expected or (dist.is_initialized() and dist.get_world_size() != expected):
         raise TrainInputError(f"world size: the launcher started {expected} ranks but Accelerate sees {world}; "
@@ -470,7 +722,9 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=args.trust_remote_code)
         origin = "random weights (architecture only)"
     _print_rank0(accelerator, f"[model] {args.model}: {spec.num_params:,} parameters, {origin}, {precision}")
-    gradient_checkpointing = args.gradient_checkpointing if args.gradient_checkpointing is not None else cuda
+    gradient_checkpointing = args.gradient_checkpointing if args.gradient_checkpointing is not None else \
+        default_gradient_checkpointing(args.model, cuda)
+    _print_rank0(accelerator, f"[model] gradient checkpointing {'on' if gradient_checkpointing else 'off'}")
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -550,20 +804,37 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     peak = peak_tflops(device_name)
     engine.train()
     rows = []
+    if args.report_to != "none":
+        accelerator.init_trackers(args.report_to, config=tracker_config(args, facts))
+        _print_rank0(accelerator, f"[report] metrics also go to {args.report_to} in {out / args.report_to}")
 
-    def save(step: int) -> None:
+    def save(step: int, final: bool) -> None:
         tmp = ckpt.tmp_dir(ckpt_root, step)
         accelerator.save_state(str(tmp / "deepspeed"))
-        state_dict = accelerator.get_state_dict(engine)  # gathers 16-bit weights under ZeRO-3 (collective)
+        gather = final or args.save_16bit == "every"
+        # gathers 16-bit weights under ZeRO-3: a collective, so every rank takes the same branch
+        state_dict = accelerator.get_state_dict(engine) if gather else None
         if accelerator.is_main_process:
-            accelerator.unwrap_model(engine).save_pretrained(tmp / "hf", state_dict=state_dict, safe_serialization=True)
-            tok.save_pretrained(tmp / "hf")
+            if gather:
+                accelerator.unwrap_model(engine).save_pretrained(tmp / "hf", state_dict=state_dict,
+                                                                 safe_serialization=True)
+                tok.save_pretrained(tmp / "hf")
+            else:  # config and tokenizer only (for to-fp32); the weights are in the DeepSpeed state
+                accelerator.unwrap_model(engine).config.save_pretrained(tmp / ckpt.CONFIG_DIR)
+                tok.save_pretrained(tmp / ckpt.CONFIG_DIR)
             ckpt.atomic_write_text(tmp / "trainer_state.json", json.dumps({"step": step, "seed": args.seed}))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            final = ckpt.finalize(ckpt_root, step)
-            print(f"[checkpoint] step {step} saved to {final}", flush=True)
+            folder = ckpt.finalize(ckpt_root, step)
+            print(f"[checkpoint] step {step} saved to {folder}"
+                  + ("" if gather else " (DeepSpeed state only: --save-16bit final)"), flush=True)
+            if args.save_total_limit:
+                for name in ckpt.rotate(ckpt_root, args.save_total_limit):
+                    print(f"[checkpoint] removed {name} (--save-total-limit {args.save_total_limit})", flush=True)
         accelerator.wait_for_everyone()
+
+    def due_for_eval(step: int) -> bool:
+        return eval_data is not None and (step == args.max_steps or bool(args.eval_steps and step % args.eval_steps == 0))
 
     last_step = start_step
     for step in range(start_step, args.max_steps):
@@ -615,7 +886,14 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                "packing_efficiency": round(global_tokens / global_slots, 5) if global_slots else None,
                "row_tokens_mean": round(global_tokens / rows_run, 2), "row_tokens_max": int(maxes[0]),
                "row_width_max": int(maxes[1]), "micro_batch_tokens_max": int(maxes[2])}
+        if due_for_eval(step + 1):
+            ev = evaluate(accelerator, engine, eval_data, tok.pad_token_id, B)
+            row.update(ev)
+            _print_rank0(accelerator, f"[eval] step {step + 1}: eval loss {ev['eval_loss']:.4f} over "
+                         f"{len(eval_data)} examples ({ev['eval_tokens']} tokens)")
         rows.append(row)
+        if args.report_to != "none":
+            accelerator.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step + 1)
         if accelerator.is_main_process:
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -624,13 +902,13 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         if device_budget is not None and step == start_step:  # Adam states may appear at the first step
             device_budget = check_device_budget(engine, ds_config, args.emulate_gpu_memory_gib)
         if args.save_steps and last_step % args.save_steps == 0 and last_step < args.max_steps:
-            save(last_step)
+            save(last_step, final=False)
         if args.stop_after_step and last_step >= args.stop_after_step:
             break
 
     finished = last_step >= args.max_steps
     if finished and args.final_save:
-        save(last_step)
+        save(last_step, final=True)
 
     # ---- verify the saved model --------------------------------------------------------------
     verification = None
@@ -661,6 +939,59 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
+
+
+def default_gradient_checkpointing(model: str, on_gpu: bool) -> bool:
+    """The default of ``--gradient-checkpointing``: on for every run but the CPU rehearsal of a shipped
+    tiny model. A real model's plan is a GPU run wherever it is prepared (a dry run on a laptop for the
+    GPU box included), and without checkpointing a 7B-14B model's activations are many GiB per GPU
+    (Korthikanti et al. 2022, :func:`cookbook.memory.activation_bytes`); the tiny model on CPU ranks
+    gains nothing from recomputation."""
+    from .models import is_rehearsal_model
+    return bool(on_gpu or not is_rehearsal_model(model))
+
+
+def evaluate(accelerator, engine, eval_data, pad_id: int, micro_batch: int) -> dict:
+    """Eval loss over all of ``eval_data``: the token-weighted mean cross-entropy of the response tokens,
+    i.e. sum over batches of (mean loss × label tokens) / label tokens, summed over ranks.
+
+    Batches of ``micro_batch`` examples are dealt round-robin to the ranks; a rank without a batch in the
+    last round runs a dummy forward with weight 0, because every forward of a ZeRO-3 engine is a
+    collective (parameter all-gathers). Collective: every rank calls it. Returns ``eval_loss``,
+    ``eval_tokens``.
+    """
+    import torch
+    from .data import IGNORE_INDEX, collate
+    world, rank = accelerator.num_processes, accelerator.process_index
+    n = len(eval_data)
+    batches = [list(range(i, min(i + micro_batch, n))) for i in range(0, n, micro_batch)]
+    total = torch.zeros(2, dtype=torch.float64)
+    engine.eval()
+    with torch.no_grad():
+        for r in range(math.ceil(len(batches) / world)):
+            j = r * world + rank
+            idx = batches[j] if j < len(batches) else batches[0]
+            batch = collate([eval_data.input_ids[i] for i in idx], [eval_data.labels[i] for i in idx], pad_id)
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            loss = engine(**batch).loss
+            if j < len(batches):
+                ntok = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+                total += torch.tensor([float(loss) * ntok, ntok], dtype=torch.float64)
+    engine.train()
+    total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
+    return {"eval_loss": round(float(total[0] / total[1]), 6), "eval_tokens": int(total[1])}
+
+
+def tracker_config(args, facts: dict) -> dict:
+    """The run's options for the tracker's hyper-parameter record (TensorBoard's hparams accept only
+    numbers, strings and booleans)."""
+    out = {}
+    for k, v in vars(args).items():
+        if v is None:
+            continue
+        out[k] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    out["examples"] = facts.get("examples")
+    return out
 
 
 def socket_name() -> str:
@@ -724,6 +1055,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
     """Write ``summary.json`` (rank 0). Throughput is the median over steps after the first (warm-up)."""
     from .checkpoint import atomic_write_text
     losses = [r["loss"] for r in rows]
+    evals = [[r["step"], r["eval_loss"]] for r in rows if r.get("eval_loss") is not None]
     timed = rows[1:] if len(rows) > 1 else rows
     k = min(5, len(losses))
     peaks_by_host: dict[str, float] = {}
@@ -764,6 +1096,14 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "precision": precision, "gradient_checkpointing": gradient_checkpointing,
         "zero_partition": {"kind": part["kind"], "per_rank_numel": shares, "full_numel": part["full_numel"]},
         "resumed_from": resumed_from, "save_verification": verification,
+        "lr": args.lr, "lr_scheduler": getattr(args, "lr_scheduler", None), "warmup_steps": args.warmup_steps,
+        "num_epochs": getattr(args, "num_epochs", None), "epochs": facts.get("epochs"),
+        "hyperparameters": facts.get("hyperparameters"),
+        "model_source": facts.get("model_source"), "random_weights": facts.get("random_weights"),
+        "tokenizer": facts.get("tokenizer_source"), "tokenizer_vocab": facts.get("tokenizer_vocab"),
+        "eval_examples": facts.get("eval_examples"), "eval_source": facts.get("eval_source"),
+        "eval_loss": evals[-1][1] if evals else None, "eval_losses": evals,
+        "save_total_limit": getattr(args, "save_total_limit", None), "save_16bit": getattr(args, "save_16bit", None),
         "deepspeed_config": ds_config,
     }
     summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,

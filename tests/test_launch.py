@@ -235,7 +235,8 @@ def test_bad_dataset_records_and_vocabulary_refused(tmp_path):
     cfg = json.loads((Path(__file__).parent.parent / "data/models/tiny-qwen2/config.json").read_text())
     cfg["vocab_size"] = 1000
     (model_dir / "config.json").write_text(json.dumps(cfg))
-    res = launch(plan(model=str(model_dir)), tmp_path / "c", progress=False)
+    res = launch(plan(model=str(model_dir)), tmp_path / "c", progress=False, tokenizer="shipped", lr=1e-3,
+                 max_steps=3)
     assert res.status == "config_error" and "vocabulary" in res.message
     res = launch(plan(model="no-such-model"), tmp_path / "d", progress=False)
     assert res.status == "config_error" and "not a shipped name" in res.message

@@ -193,6 +193,11 @@ def test_02_zero2(run_all):
     assert r["config"]["zero_optimization"]["stage"] == 2 and r["config"]["bf16"]["enabled"] is True
     # DeepSpeed's batch rule in the cookbook's config: 1 × 16 × 8
     assert r["config"]["train_batch_size"] == 128
+    # the target's config carries the target's hyper-parameters, not the rehearsal's (3e-3, 40 steps):
+    # lr 1e-5, cosine, 3 epochs of the 3,000 shipped examples = ceil(3 × ceil(ceil(3000 / 8) / 16)) = 72 steps
+    assert r["config"]["optimizer"]["params"]["lr"] == 1e-5
+    assert r["config"]["scheduler"]["type"] == "WarmupCosineLR"
+    assert r["config"]["scheduler"]["params"]["total_num_steps"] == 72
     diff = {row["path"]: row for row in r["diff_vs_previous"]}
     assert diff["train_batch_size"]["before"] == "32" and diff["fp16.enabled"]["after"] == "(absent)"
     assert r["zero_partition"]["full_numel"] == N_TINY_QWEN2
@@ -226,6 +231,8 @@ def test_04_offload_runs_on_two_ranks_with_a_falling_loss(run_all):
 def test_05_recipe_saves_and_reloads(run_all):
     r = results(run_all, "05_final_8x4090")
     assert r["variant"] == "ZeRO-3 + opt→cpu"                          # first variant fitting 8 × 24 GiB, 512 GiB RAM
+    assert r["config"]["optimizer"]["params"]["lr"] == 1e-5             # the target's hyper-parameters (see 02)
+    assert r["config"]["scheduler"]["params"]["total_num_steps"] == 72
     assert r["lint_errors"] == 0
     run = _step(r, "ZeRO-3 + opt→cpu")
     assert run["save_verification"]["ok"] is True

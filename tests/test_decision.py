@@ -1,0 +1,127 @@
+"""The decision at the end of `cookbook estimate --sweep`, and the fixes `env` and `lint` suggest: only
+what the estimator says fits. Expected values are computed here with `estimate()` directly."""
+import json
+import math
+import re
+
+import pytest
+
+from cookbook import dsconfig, env, lint
+from cookbook.cli import main
+from cookbook.memory import decide, estimate
+from cookbook.plan import VARIANTS, Plan
+
+QWEN = dict(model="qwen-14b", num_gpus=8, gpu_memory_gib=24.0, seq_len=512, micro_batch=1, grad_accum=16,
+            precision="bf16")
+ARGS = ["estimate", "qwen-14b", "--gpus", "8", "--gpu-memory-gib", "24", "--seq-len", "512", "--micro-batch", "1",
+        "--grad-accum", "16"]
+
+
+def est(host, stage, opt, par, bf16_states=False):
+    extra = {"nvme_path": "/local_nvme"} if "nvme" in (opt, par) else {}
+    return estimate(Plan(**QWEN, host_memory_gib=host, zero_stage=stage, offload_optimizer=opt, offload_param=par,
+                         **extra), bf16_states=bf16_states)
+
+
+def expected_choice(host):
+    """The documented order, spelled out: the ladder with fp32 states, then with bf16 states, then NVMe."""
+    local = [v for v in VARIANTS if "nvme" not in v]
+    nvme = [v for v in VARIANTS if "nvme" in v]
+    order = [(v, False) for v in local] + [(v, True) for v in local] + [(v, b) for v in nvme for b in (False, True)]
+    for (stage, opt, par), b16 in order:
+        e = est(host, stage, opt, par, b16)
+        if e.fits_gpu and e.fits_host:
+            return e
+    return None
+
+
+def test_sweep_recommends_bf16_states_at_256_gib(capsys):
+    # independently: optimizer-only offload with fp32 states needs more than 256 GiB, with bf16 states less
+    fp32 = est(256, 3, "cpu", "none")
+    bf16 = est(256, 3, "cpu", "none", bf16_states=True)
+    assert fp32.fits_gpu and fp32.host_gib["total"] > 256 and bf16.host_gib["total"] < 256
+    want = expected_choice(256)
+    assert (want.plan.label, want.bf16_states) == ("ZeRO-3 + opt→cpu", True)
+    assert main(ARGS + ["--host-memory-gib", "256", "--sweep"]) == 0
+    out = capsys.readouterr().out
+    assert f"recommended: ZeRO-3 + opt→cpu (bf16 states): GPU {bf16.gpu_gib['total']:.1f}/24 GiB fits; " \
+           f"host {bf16.host_gib['total']:.1f}/256 GiB fits" in out
+    assert "--bf16-states" in out and "updates smaller than" in out  # its options and its cost
+    assert f"ZeRO-3 + opt→cpu needs {fp32.host_gib['total']:.1f} GiB of host RAM" in out  # why not fp32 states
+    d = decide(Plan(**QWEN, host_memory_gib=512))
+    want = expected_choice(512)
+    assert (d.recommended.plan.label, d.recommended.bf16_states) == (want.plan.label, want.bf16_states)
+    assert d.recommended.host_gib["total"] == pytest.approx(want.host_gib["total"])
+
+
+def test_sweep_nothing_fits_exits_1_with_the_smallest_change(capsys):
+    host = 100
+    assert expected_choice(host) is None
+    # the least host RAM any GPU-fitting variant needs, over every variant and both kinds of states
+    need = min(e.host_gib["total"] for (s, o, p) in VARIANTS for b in (False, True)
+               for e in [est(host, s, o, p, b)] if e.fits_gpu)
+    assert main(ARGS + ["--host-memory-gib", str(host), "--sweep"]) == 1
+    out = capsys.readouterr().out
+    assert "NOTHING FITS" in out
+    assert f"more host RAM: {math.ceil(need)} GiB per machine (have {host})" in out
+    assert main(ARGS + ["--host-memory-gib", str(host), "--sweep", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)["decision"]
+    assert d["fits"] is False and d["recommended"] is None and d["changes"]
+
+
+def test_smaller_micro_batch_is_the_smallest_change():
+    p = Plan(model="llama-7b", num_gpus=1, gpu_memory_gib=24.0, host_memory_gib=512.0, seq_len=8192, micro_batch=4,
+             grad_accum=1, precision="bf16")
+    d = decide(p)
+    if d.fits:  # the premise: at micro batch 4 × 8192 tokens no variant fits the 24 GiB card
+        pytest.fail(f"premise changed: {d.recommended.verdict}")
+    change, e = d.changes[0]
+    m = int(re.match(r"micro batch (\d+)", change).group(1))
+    assert e.fits and e.plan.micro_batch == m == 2 and e.plan.micro_batch * e.plan.grad_accum == 4
+    # independently: nothing fits at micro batch 4 (the plan) and 2 fits with some variant
+    bigger = p
+    assert not any(estimate(bigger.replace(zero_stage=s, offload_optimizer=o, offload_param=q,
+                                           nvme_path="/x" if "nvme" in (o, q) else None), bf16_states=b).fits
+                   for (s, o, q) in VARIANTS for b in (False, True))
+
+
+def _suggested_fit(text, host):
+    """Every variant a fix names fits ``host`` GiB per the estimator."""
+    named = re.findall(r"\((--zero-stage (\d) --offload-optimizer (\w+) --offload-param (\w+)[^)]*)\)", text)
+    assert named, text
+    for flags, stage, opt, par in named:
+        e = est(host, int(stage), opt, par, "--bf16-states" in flags)
+        assert e.fits_gpu and e.host_gib["total"] <= host, (flags, e.verdict)
+    return named
+
+
+def test_env_suggests_only_fixes_that_fit():
+    facts = env.load_facts(env.Path(__file__).parent / "fixtures" / "facts" / "host256_8xrtx4090.json")
+    total = facts["host_memory_gib"]
+    for par in ("cpu", "none"):
+        plan = Plan(**QWEN, zero_stage=3, offload_optimizer="cpu", offload_param=par)
+        check = env.check(plan, facts)["host_memory"]
+        assert check.status == "fail"
+        assert "offload only the optimizer" not in check.fix
+        named = _suggested_fit(check.fix, total)
+        assert any("--bf16-states" in n[0] for n in named)  # the fix that fits, now named
+
+
+def test_lint_pin_memory_fix_only_when_it_fits():
+    plan = Plan(**QWEN, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    cfg = dsconfig.build_config(plan, "accelerate", total_steps=10)
+    assert cfg["zero_optimization"]["offload_param"]["pin_memory"] is True
+    for host in (256.0, 350.0):
+        e = estimate(plan.replace(host_memory_gib=host), ds_config=cfg)
+        pageable = e.host_gib["total"] - e.host_gib["pinned_rounding"]
+        found = [f for f in lint.lint(cfg, plan=plan.replace(host_memory_gib=host), mode="accelerate",
+                                      model="qwen-14b") if "pin_memory" in f.message]
+        assert found, host
+        fix = found[0].fix
+        if pageable <= host:
+            assert fix.startswith("set pin_memory to false") and f"{pageable:.0f} GiB" in fix
+        else:
+            assert "pin_memory false does not help" in fix
+            _suggested_fit(fix, host)
+    assert (estimate(plan.replace(host_memory_gib=256.0), ds_config=cfg).host_gib["total"]
+            - estimate(plan.replace(host_memory_gib=256.0), ds_config=cfg).host_gib["pinned_rounding"]) > 256

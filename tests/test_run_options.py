@@ -1,0 +1,276 @@
+"""A real run's options: run files and command-line precedence, the learning rate and length a real
+model must be given, schedules, the shipped run files, what the console says is real, and the
+refusals that replaced silent fallbacks (random weights on a GPU box, a model folder without a
+tokenizer, fp16 on the CPU rehearsal). Dry runs only: nothing is launched here."""
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cookbook import checkpoint as ckpt
+from cookbook.cli import main
+from cookbook.launch import RESOLVED_FILE, launch, load_run_file, _add_launch_arguments
+from cookbook.plan import Plan
+from cookbook.train import TrainInputError, add_train_arguments, validate_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_RECORDS = 3000  # data/instructions.jsonl (data/README.md)
+
+
+def plan(**kw) -> Plan:
+    base = dict(model="tiny-qwen2", num_gpus=2, seq_len=128, micro_batch=4, grad_accum=1, precision="fp32",
+                zero_stage=3, gradient_checkpointing=False)
+    base.update(kw)
+    return Plan(**base)
+
+
+def train_args(*argv):
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    return p.parse_args(list(argv))
+
+
+# ---- run files ------------------------------------------------------------------------------
+
+def test_run_file_values_and_command_line_precedence(tmp_path, capsys):
+    run = tmp_path / "run.yaml"
+    run.write_text("lr: 1e-4\nmax-steps: 7\nmicro_batch: 2\nno-final-save: true\nlr_scheduler: cosine\n"
+                   "warmup-steps: 2\ngradient-checkpointing: false\n")
+    out = tmp_path / "out"
+    rc = main(["launch", str(run), "--dry-run", "--max-steps", "5", "--output-dir", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr()
+    resolved = yaml.safe_load((out / RESOLVED_FILE).read_text())
+    assert resolved["lr"] == 1e-4                      # from the file ("1e-4" is a string to YAML 1.1)
+    assert resolved["max-steps"] == 5                  # the command line wins
+    assert resolved["micro-batch"] == 2 and resolved["final-save"] is False
+    assert resolved["lr-scheduler"] == "cosine" and resolved["warmup-steps"] == 2
+    ds = json.loads((out / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["optimizer"]["params"]["lr"] == 1e-4
+    assert ds["scheduler"] == {"type": "WarmupCosineLR", "params": {
+        "total_num_steps": 5, "warmup_min_ratio": 0.0, "warmup_num_steps": 2, "cos_min_ratio": 0.0,
+        "warmup_type": "linear"}}
+    # the resolved file is itself a run file: it loads with `cookbook train`'s options and gives the same run
+    p = argparse.ArgumentParser(prog="cookbook train")
+    _add_launch_arguments(p, with_config=False)
+    again = load_run_file(out / RESOLVED_FILE, p)
+    assert again["max_steps"] == 5 and again["lr"] == 1e-4 and again["final_save"] is False
+    out2 = tmp_path / "out2"
+    assert main(["train", str(out / RESOLVED_FILE), "--dry-run", "--output-dir", str(out2), "--no-progress"]) == 0
+    assert json.loads((out2 / "ds_config.json").read_text())["scheduler"] == ds["scheduler"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("learning_rate: 1e-5\n", "unknown key 'learning_rate' (did you mean 'lr'?)"),
+    ("max-step: 3\n", "unknown key 'max-step' (did you mean 'max-steps'?)"),
+    ("zero-stage: 5\n", "zero-stage: 5 is not one of 0, 1, 2, 3"),
+    ("micro-batch: two\n", "micro-batch: 'two' is not an integer"),
+    ("bf16-states: maybe\n", "bf16-states: 'maybe' is not true or false"),
+    ("- lr\n", "must be a mapping"),
+])
+def test_run_file_errors_name_the_key(tmp_path, capsys, text, message):
+    run = tmp_path / "bad.yaml"
+    run.write_text(text)
+    assert main(["train", str(run), "--dry-run", "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(run) in err
+    assert not (tmp_path / "o").exists()
+
+
+def _steps(records, eval_fraction, micro_batch, grad_accum, world, epochs):
+    """The HF Trainer's count, written out here: ceil(epochs × ceil(ceil(N / (B × W)) / G))."""
+    n = records - math.ceil(eval_fraction * records)
+    return math.ceil(epochs * math.ceil(math.ceil(n / (micro_batch * world)) / grad_accum))
+
+
+@pytest.mark.parametrize("name,shipped", [("qwen14b-8x4090.yaml", "qwen-14b"), ("llama7b-1x4090.yaml", "llama-7b")])
+def test_shipped_run_files_dry_run(tmp_path, capsys, monkeypatch, name, shipped):
+    monkeypatch.chdir(ROOT)  # the files name data/instructions.jsonl relative to the project
+    path = ROOT / "notebooks" / name
+    text = path.read_text()
+    spec = yaml.safe_load(text)
+    # every field is commented with its trade-off
+    for line in text.splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            assert "#" in line, f"{name}: uncommented field: {line}"
+    # as shipped, the model is a folder the user downloads: the error says how
+    rc = main(["launch", str(path), "--dry-run", "--output-dir", str(tmp_path / "missing"), "--no-progress"])
+    assert rc == 2
+    assert "hf download" in capsys.readouterr().out
+    # with the shipped architecture in its place the whole recipe checks out
+    out = tmp_path / "run"
+    rc = main(["launch", str(path), "--dry-run", "--model", shipped, "--output-dir", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    ds = json.loads((out / "ds_config.json").read_text())
+    total = _steps(SHIPPED_RECORDS, spec["eval-fraction"], spec["micro-batch"], spec["grad-accum"],
+                   spec["num-processes"], spec["num-epochs"])
+    assert ds["scheduler"]["type"] == "WarmupCosineLR"
+    assert ds["scheduler"]["params"]["total_num_steps"] == total
+    assert ds["scheduler"]["params"]["warmup_num_steps"] == math.ceil(spec["warmup-ratio"] * total)
+    assert ds["optimizer"]["params"]["lr"] == spec["lr"] and 1e-5 <= spec["lr"] <= 2e-5
+    assert ds["train_batch_size"] == spec["micro-batch"] * spec["grad-accum"] * spec["num-processes"]
+    assert ds["zero_optimization"]["stage"] == spec["zero-stage"]
+    assert spec["save-steps"] == total // spec["num-epochs"]  # one checkpoint per epoch, as the comments say
+    resolved = yaml.safe_load((out / RESOLVED_FILE).read_text())
+    assert resolved["model"] == shipped and resolved["max-steps"] == total and resolved["gradient-checkpointing"]
+    assert "RANDOM WEIGHTS" in printed and "[schedule] lr" in printed
+
+
+# ---- hyper-parameters of real runs ---------------------------------------------------------------
+
+def test_real_model_needs_lr_and_length(tmp_path):
+    res = launch(plan(model="llama-7b", seq_len=256), tmp_path / "a", dry_run=True, progress=False, quiet=True)
+    assert res.status == "config_error" and "--lr: required" in res.message and "1e-5" in res.message
+    res = launch(plan(model="llama-7b", seq_len=256), tmp_path / "b", lr=2e-5, dry_run=True, progress=False,
+                 quiet=True)
+    assert res.status == "config_error" and "--num-epochs" in res.message
+    # the tiny models keep their rehearsal defaults
+    res = launch(plan(), tmp_path / "c", dry_run=True, progress=False, quiet=True)
+    assert res.status == "dry_run"
+    ds = json.loads((Path(res.run_dir) / "ds_config.json").read_text())
+    assert ds["optimizer"]["params"]["lr"] == 3e-3 and ds["scheduler"]["params"]["total_num_steps"] == 40
+
+
+def test_epochs_become_steps_and_max_steps_wins(tmp_path):
+    res = launch(plan(micro_batch=4, grad_accum=3), tmp_path / "a", num_epochs=2, dry_run=True, progress=False,
+                 quiet=True, eval_fraction=0.1, warmup_ratio=0.1)
+    assert res.status == "dry_run", res.message
+    total = _steps(SHIPPED_RECORDS, 0.1, 4, 3, 2, 2)  # ceil(2 × ceil(ceil(2700 / 8) / 3)) = 226
+    assert total == 226
+    hp = res.details["inputs"]["hyperparameters"]
+    assert hp["max_steps"] == total and hp["warmup_steps"] == math.ceil(0.1 * total)
+    assert res.details["inputs"]["examples"] == 2700 and res.details["inputs"]["eval_examples"] == 300
+    res = launch(plan(), tmp_path / "b", num_epochs=2, max_steps=9, dry_run=True, progress=False, quiet=True)
+    assert res.details["inputs"]["hyperparameters"]["max_steps"] == 9
+
+
+def test_schedule_blocks_and_step_arithmetic():
+    from cookbook.dsconfig import (ConfigError, build_config, steps_per_epoch, target_hyperparameters,
+                                   warmup_steps_for)
+    p = plan()
+    lin = build_config(p, "accelerate", lr=1e-5, warmup_steps=3, total_steps=30, lr_scheduler="linear")["scheduler"]
+    assert lin == {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-5,
+                                                        "warmup_num_steps": 3, "total_num_steps": 30,
+                                                        "warmup_type": "linear"}}
+    const = build_config(p, "accelerate", lr=1e-5, warmup_steps=0, total_steps=30, lr_scheduler="constant")
+    assert const["scheduler"]["type"] == "WarmupLR" and const["scheduler"]["params"]["warmup_min_lr"] == 1e-5
+    cos = build_config(p, "accelerate", lr=1e-5, warmup_steps=0, total_steps=30, lr_scheduler="cosine")
+    assert cos["scheduler"]["params"]["warmup_min_ratio"] == 1.0  # no warm-up: starts at lr
+    assert "scheduler" not in build_config(p, "trainer", lr_scheduler="cosine")  # the Trainer's own cosine
+    with pytest.raises(ConfigError, match="total_steps"):
+        build_config(p, "accelerate", lr_scheduler="cosine")
+    assert steps_per_epoch(1000, 4, 1, 2) == 125 and steps_per_epoch(1000, 1, 16, 8) == 8
+    assert steps_per_epoch(5, 4, 4, 8) == 1
+    assert warmup_steps_for(69, 0.03) == 3 and warmup_steps_for(69, 0.03, warmup_steps=7) == 7
+    t = target_hyperparameters(Plan(model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16), lr=1e-5,
+                               num_epochs=3, num_examples=3000)
+    assert t == {"lr": 1e-5, "lr_scheduler": "cosine", "warmup_steps": 3, "total_steps": 72}
+
+
+# ---- what is real: console lines and refusals ------------------------------------------------------
+
+def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
+    res = launch(plan(), tmp_path / "run", dry_run=True, progress=False, eval_fraction=0.05)
+    assert res.status == "dry_run"
+    out = capsys.readouterr().out
+    assert "[model] tiny-qwen2: 354,880 parameters; shipped architecture" in out and "RANDOM WEIGHTS" in out
+    assert "[tokenizer] shipped 2,048-token tokenizer" in out
+    assert "[data] 2,850 training examples of 2,850 records" not in out  # records == examples: said once
+    assert "[data] 2,850 training examples" in out and "truncated" in out
+    assert "[eval] 150 eval examples" in out
+    assert "[schedule] lr 0.003" in out
+
+
+def test_random_weights_on_a_gpu_box_need_the_flag():
+    with pytest.raises(TrainInputError) as exc:
+        validate_inputs(train_args("--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--output-dir",
+                                   "/nonexistent/x"), 1, gpu_box=True)
+    msg = str(exc.value)
+    assert "RANDOM WEIGHTS" in msg and "--random-weights" in msg
+    assert "hf download meta-llama/Llama-2-7b-hf" in msg
+    facts = validate_inputs(train_args("--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--random-weights",
+                                       "--output-dir", "/nonexistent/x"), 1, gpu_box=True)
+    assert facts["random_weights"] is True
+    # the tiny test models and CPU rehearsals need no flag
+    validate_inputs(train_args("--output-dir", "/nonexistent/x"), 2, gpu_box=True)
+    validate_inputs(train_args("--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--output-dir",
+                               "/nonexistent/x"), 1, gpu_box=False)
+
+
+def test_model_folder_without_tokenizer_is_refused_not_replaced(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT / "data/models/tiny-qwen2/config.json").read_text())
+    res = launch(plan(model=str(folder)), tmp_path / "a", dry_run=True, progress=False, quiet=True)
+    assert res.status == "config_error" and "no tokenizer files" in res.message and "--tokenizer" in res.message
+    res = launch(plan(model=str(folder)), tmp_path / "b", tokenizer="shipped", lr=1e-3, max_steps=3, dry_run=True,
+                 progress=False)
+    assert res.status == "dry_run", res.message
+    assert "asked for with --tokenizer shipped" in res.details["inputs"]["tokenizer_source"]
+    assert "config.json but no weights file" in res.details["inputs"]["model_source"]
+
+
+def test_model_not_found_names_hf_download_and_qwen1_needs():
+    from cookbook.models import ModelNotFoundError, resolve_model_path
+    with pytest.raises(ModelNotFoundError) as exc:
+        resolve_model_path("Qwen/Qwen-14B")
+    msg = str(exc.value)
+    assert "hf download Qwen/Qwen-14B --local-dir ./models/Qwen-14B" in msg
+    assert "--trust-remote-code" in msg and "tiktoken" in msg and "own tokenizer" in msg
+    with pytest.raises(ModelNotFoundError, match="hf download Qwen/Qwen2.5-7B --local-dir ./models/Qwen2.5-7B"):
+        resolve_model_path("Qwen/Qwen2.5-7B")
+
+
+def test_fp16_on_the_cpu_rehearsal_refused_before_launch(tmp_path):
+    import torch
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        pytest.skip("this CPU trains fp16 (oneDNN fp16): DeepSpeed's CPU accelerator accepts it")
+    res = launch(plan(precision="fp16"), tmp_path / "run", progress=False, quiet=True)
+    assert res.status == "config_error" and "--precision fp16" in res.message and "bf16 or fp32" in res.message
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_gradient_checkpointing_default_follows_the_plan(tmp_path, capsys):
+    assert main(["train", "--dry-run", "--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--num-processes",
+                 "1", "--seq-len", "256", "--output-dir", str(tmp_path / "a"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "gradient checkpointing on (default: a run of llama-7b" in out and " --gradient-checkpointing " in out
+    assert "[precision] bf16 (default: llama-7b is a real model" in out
+    assert main(["train", "--dry-run", "--output-dir", str(tmp_path / "b"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "gradient checkpointing off (default: the CPU rehearsal" in out and "--no-gradient-checkpointing" in out
+
+
+def test_report_to_tensorboard_refused_cleanly_when_not_installed(tmp_path, monkeypatch):
+    import cookbook.train as train
+    monkeypatch.setattr(train, "tensorboard_available", lambda: False)
+    res = launch(plan(), tmp_path / "run", report_to="tensorboard", progress=False, quiet=True)
+    assert res.status == "config_error" and "pip install tensorboard" in res.message
+
+
+# ---- checkpoint rotation -----------------------------------------------------------------------------
+
+def _fake_checkpoint(root: Path, step: int) -> None:
+    tmp = ckpt.tmp_dir(root, step)
+    (tmp / "deepspeed").mkdir(parents=True)
+    (tmp / "deepspeed" / "state.pt").write_bytes(b"x" * step)
+    ckpt.atomic_write_text(tmp / "trainer_state.json", json.dumps({"step": step}))
+    ckpt.finalize(root, step)
+
+
+def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (2, 4, 6, 8):
+        _fake_checkpoint(root, step)
+    (root / "step-00000010").mkdir()  # newer, but incomplete (no COMPLETE marker): not counted, not deleted
+    assert ckpt.rotate(root, 2) == ["step-00000002", "step-00000004"]
+    assert sorted(p.name for p in root.glob("step-*")) == ["step-00000006", "step-00000008", "step-00000010"]
+    assert ckpt.find_resumable(root)[0].name == "step-00000008"
+    assert (root / "latest").read_text().strip() == "step-00000008"
+    assert ckpt.rotate(root, 1) == ["step-00000006"]  # the newest complete one always stays
+    assert not list(root.glob(".del-*"))
+    with pytest.raises(ValueError, match="keep=0"):
+        ckpt.rotate(root, 0)
