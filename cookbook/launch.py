@@ -700,10 +700,19 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return report, None
 
     if config is not None:
-        report, problem = resolve(lr, max_steps, warmup_steps)
+        # placeholders where the options are not known yet (lr and length of a real model come from the
+        # user or from the config's own numbers, found here); the second pass fills with the real values
+        report, problem = resolve(0.0 if lr is None else lr, 1 if max_steps is None else max_steps, warmup_steps)
         if problem:
             return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
         plan = report.resolved.plan
+        given = report.resolved.original
+        cfg_lr = ((given.get("optimizer") or {}).get("params") or {}).get("lr")
+        cfg_steps = ((given.get("scheduler") or {}).get("params") or {}).get("total_num_steps")
+        if lr is None and isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr > 0:
+            lr = opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what the user did not type
+        if max_steps is None and num_epochs is None and isinstance(cfg_steps, int) and cfg_steps > 0:
+            max_steps = opts["max_steps"] = cfg_steps
 
     # precision the device cannot run, before anything else is done
     refused = precision_refusal(plan.precision, on_gpu)
