@@ -49,7 +49,6 @@ cannot both take it.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
