@@ -877,6 +877,10 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
             time.sleep(0.5)
             if lock is not None:
                 lock.beat()
+                if lock.stop_requested():  # `cookbook stop`: it signals the launchers too
+                    ended_by = "stopped"
+                    _stop(procs)
+                    break
             if rank0.is_file():
                 size = rank0.stat().st_size
                 if size > offset:
@@ -920,7 +924,7 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
             kill_run(lock.run_id)
             unregister_live(lock.run_id)
     codes = [p.wait() for p in procs]
-    if ended_by is None and lock is not None and lock.stop_requested():
+    if ended_by is None and lock is not None and lock.stop_requested():  # the launchers ended before we saw it
         ended_by = "stopped"
     return next((c for c in codes if c != 0), 0), hung, ended_by
 

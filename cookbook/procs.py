@@ -49,7 +49,6 @@ cannot both take it.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -209,24 +208,15 @@ def kill_run(run_id: str, sig: int = signal.SIGKILL) -> list[int]:
     return pids
 
 
-def wait_gone(run_id: str, timeout_s: float, extra_pids=()) -> list:
-    """Wait up to ``timeout_s`` until no process of the run (nor any of ``extra_pids``) is alive;
-    returns what is still alive (psutil processes)."""
+def wait_gone(run_id: str, timeout_s: float) -> list:
+    """Wait up to ``timeout_s`` until no process of the run is alive; returns what is still alive
+    (psutil processes)."""
     deadline = time.time() + timeout_s
     while True:
-        left = run_processes(run_id) + [p for p in map(_psutil_or_none, extra_pids) if p is not None]
+        left = run_processes(run_id)
         if not left or time.time() >= deadline:
             return left
         time.sleep(0.3)
-
-
-def _psutil_or_none(pid):
-    import psutil
-    try:
-        p = psutil.Process(int(pid))
-        return None if p.status() == psutil.STATUS_ZOMBIE else p
-    except (psutil.Error, ValueError):
-        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -614,10 +604,12 @@ def run_state(run_dir) -> dict:
 # cookbook stop
 
 def stop_run(run_dir, timeout_s: float = 30.0, *, hard: bool = False) -> tuple[bool, str]:
-    """Stop the live run in ``run_dir``: mark the lock ``stop_requested`` (so the cookbook process
-    reports status ``stopped``), SIGTERM each launcher's process group (torch elastic's agent then
-    stops its ranks), and after ``timeout_s`` SIGKILL every process of the run still alive
-    (``hard``: at once). Then wait up to 10 s for the cookbook process to release the lock.
+    """Stop the live run in ``run_dir``: mark the lock ``stop_requested`` (the cookbook process watches
+    for it, stops its launchers itself and reports status ``stopped``), SIGTERM each launcher's process
+    group (torch elastic's agent then stops its ranks), and SIGKILL every process of the run still
+    alive after ``timeout_s`` (``hard``: at once). Then wait up to 10 s for the cookbook process to
+    release the lock. Processes are found by ``COOKBOOK_RUN_ID`` in their environment, never by a
+    recorded PID alone (a PID may have been reused).
 
     Returns (stopped anything, message). A run on another host is not touched (False)."""
     run_dir = Path(run_dir).resolve()
@@ -629,10 +621,8 @@ def stop_run(run_dir, timeout_s: float = 30.0, *, hard: bool = False) -> tuple[b
                        f"`cookbook stop {run_dir}` there")
     run_id = info.get("run_id", "")
     live, why = lock_liveness(info)
-    launchers = [int(p) for p in info.get("launcher_pids") or []]
     if not live:
-        left = [p.pid for p in run_processes(run_id)]
-        kill_run(run_id)
+        left = kill_run(run_id)
         try:
             lock_path(run_dir).unlink()
         except OSError:
@@ -642,27 +632,25 @@ def stop_run(run_dir, timeout_s: float = 30.0, *, hard: bool = False) -> tuple[b
         return False, f"no run is live in {run_dir}: removed its stale lock ({why})"
     update_lock(run_dir, run_id, lambda i: i.update(stop_requested={"by_pid": os.getpid(), "time": _now_iso(),
                                                                     "hard": hard}))
-    sig = signal.SIGKILL if hard else signal.SIGTERM
-    for pid in launchers:
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    launchers = {int(p) for p in info.get("launcher_pids") or []}
+    for p in run_processes(run_id):
+        if p.pid in launchers:
+            try:
+                os.killpg(p.pid, signal.SIGKILL if hard else signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
     if hard:
         kill_run(run_id)
-    left = wait_gone(run_id, 0 if hard else timeout_s, extra_pids=launchers)
-    forced = []
-    if left:
-        forced = kill_run(run_id)
-        for p in left:
-            try:
-                p.kill()
-            except Exception:  # noqa: BLE001
-                pass
-        wait_gone(run_id, 5.0, extra_pids=launchers)
+
+    def owner_holds() -> bool:
+        return (read_lock(run_dir) or {}).get("run_id") == run_id and _proc_alive(info.get("pid"),
+                                                                                  info.get("pid_create_time"))
+    deadline = time.time() + (0 if hard else timeout_s)
+    while time.time() < deadline and (run_processes(run_id) or owner_holds()):
+        time.sleep(0.3)
+    forced = kill_run(run_id)
     deadline = time.time() + 10.0
-    while time.time() < deadline and (read_lock(run_dir) or {}).get("run_id") == run_id \
-            and _proc_alive(info.get("pid"), info.get("pid_create_time")):
+    while time.time() < deadline and owner_holds():
         time.sleep(0.2)
     st = run_state(run_dir)
     how = ("killed (SIGKILL)" if hard else
