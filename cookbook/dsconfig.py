@@ -644,6 +644,8 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     try:
         eff = Plan(**fields)
     except PlanError as exc:
+        if problems:  # a consequence of a disagreement already reported
+            return Resolution(cfg, config, None, tuple(rows), tuple(problems), cname)
         shown = {f: (f"{origin[f]}={{}} in {cname}", origin[f]) if f in origin else label(f) for f in exc.fields}
         path = next((origin[f] for f in exc.fields if f in origin), "(config)")
         problems.append(Problem(path, exc.render(shown), "make the config and the options agree"))

@@ -608,6 +608,9 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if resolution.rows:
             print(str(resolution), flush=True)
         ds_config, plan = resolution.config, resolution.plan
+        kept_lr = next((r.value for r in resolution.rows if r.path == "optimizer.params.lr" and r.how == "kept"), None)
+        if kept_lr is not None:  # the config's learning rate decides the run: say so to the training entry too
+            opts["lr"] = kept_lr
     targs = train_argv(plan, run_dir, **opts) + list(extra_args)
 
     # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else
@@ -808,6 +811,9 @@ def _cli(args) -> int:
                           "command": res.command, "duration_s": res.duration_s, "summary": res.summary,
                           "details": {k: v for k, v in res.details.items()}}, indent=1, default=str))
     else:
+        for f in res.findings:  # what the linter warns about but does not refuse (e.g. fp16 kept on a bf16 GPU)
+            if f.get("severity") == "warning":
+                print(f"warning: {f['path']}: {f['message']} Fix: {f['fix']}")
         if res.command:
             print("command:\n" + res.command)
         print(f"{res.status}: {res.message}")

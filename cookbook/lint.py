@@ -1466,6 +1466,10 @@ def _run(args) -> int:
     mode = args.mode or "launch"
     notes = []
     world = args.world_size
+    if world is not None and world < 1:
+        print("error: " + user_message(PlanError.about("{num_gpus}: must be a positive integer; set {num_gpus.name} "
+                                                       "to 1 or more", num_gpus=world), args), file=sys.stderr)
+        return 2
     if world is None:
         try:
             stated_world = config_world_size(json.loads(Path(args.config).read_text(encoding="utf-8-sig")))
@@ -1549,7 +1553,7 @@ def _run(args) -> int:
                 print(f"error: -o {args.output}: cannot be written ({exc.strerror}); create the folder first or pick "
                       "another path", file=sys.stderr)
                 return 2
-            print(f"resolved config written to {args.output}", file=out)
+            print(f"resolved config written to {args.output}", file=sys.stderr if args.json else out)
         else:
             sys.stdout.write(text)
     return report.exit_code
