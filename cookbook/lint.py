@@ -1175,6 +1175,11 @@ def _optimizer_type_names() -> list[str]:
 
 def _rule_params(ctx: _Ctx) -> None:
     cfg = ctx.cfg
+    for section, example in (("optimizer", "AdamW"), ("scheduler", "WarmupDecayLR")):
+        node = cfg.get(section)
+        if isinstance(node, dict) and "type" in node and not isinstance(node["type"], str):
+            ctx.add(ERROR, f"{section}.type", f"{section}.type is {json.dumps(node['type'])}, not a name",
+                    f'write the class name as a string, e.g. "{example}"')
     zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
     off = zero.get("offload_optimizer")
     cpu_opt = isinstance(off, dict) and off.get("device") in ("cpu", "nvme")
@@ -1346,8 +1351,14 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
         if world_size is not None and base.num_gpus != world_size:
             base = base.replace(num_gpus=world_size, num_machines=1)
         name = Path(source).name if source else "the config"
-        resolved = resolve_config(cfg, base, stated=stated, names=names, lr=lr, max_steps=max_steps,
-                                  warmup_steps=warmup_steps, save_16bit_model=will_save_hf_model, config_name=name)
+        try:
+            resolved = resolve_config(cfg, base, stated=stated, names=names, lr=lr, max_steps=max_steps,
+                                      warmup_steps=warmup_steps, save_16bit_model=will_save_hf_model, config_name=name)
+        except Exception as exc:  # noqa: BLE001 — a linter must not crash on odd input
+            from .dsconfig import Problem, Resolution
+            resolved = Resolution(cfg, cfg, None, (), (Problem(
+                "(config)", f"the config could not be resolved for this run: {type(exc).__name__}: {exc}",
+                "fix the errors below and lint again"),), name)
         pre.extend(Finding(ERROR, p.path, p.message, p.fix) for p in resolved.problems)
         cfg = resolved.config
         if resolved.plan is not None:
