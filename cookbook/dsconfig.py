@@ -676,9 +676,17 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     def is_auto(path):
         return _value(cfg, path) == "auto"
 
-    def present(path):
-        parent, key = _node(cfg, path)
-        return parent is not None and key in parent
+    # batch numbers that are neither "auto" nor positive integers cannot be resolved (the linter names the fix)
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        if key in cfg and cfg[key] != "auto" and not _fixed_int(cfg[key]):
+            problems.append(Problem(key, f"{key} is {json.dumps(cfg[key])} in {cname}: neither a positive integer "
+                                    "nor \"auto\"", f"write a positive integer for {key}, or \"auto\""))
+    for key in ("zero_optimization", "optimizer", "scheduler", "bf16", "fp16"):
+        if key in cfg and not isinstance(cfg[key], dict):
+            problems.append(Problem(key, f"{key} is {json.dumps(cfg[key])} in {cname}, not an object",
+                                    f"write {key} as an object ({{...}}) or delete it"))
+    if problems:
+        return Resolution(cfg, config, None, (), tuple(problems), cname)
 
     # ---- A. the plan fields the config fixes ----------------------------------------------------
     fields = plan.to_dict()
@@ -689,7 +697,7 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     def take(field, path, value, cfg_value=None, matching=None):
         """The config fixes plan ``field`` to ``value`` (written ``cfg_value`` at ``path``)."""
         cfg_value = value if cfg_value is None else cfg_value
-        if value == getattr(plan, field):
+        if value == getattr(plan, field) or (field in origin and fields[field] == value):
             return
         if field in stated:
             disagree(path, cfg_value, field, getattr(plan, field), matching)
@@ -755,6 +763,8 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     try:
         eff = Plan(**fields)
     except PlanError as exc:
+        if problems:  # a consequence of a disagreement already reported
+            return Resolution(cfg, config, None, tuple(rows), tuple(problems), cname)
         shown = {f: (f"{origin[f]}={{}} in {cname}", origin[f]) if f in origin else label(f) for f in exc.fields}
         path = next((origin[f] for f in exc.fields if f in origin), "(config)")
         problems.append(Problem(path, exc.render(shown), "make the config and the options agree"))
@@ -764,7 +774,7 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
 
     # ---- B. keys the config lacks ---------------------------------------------------------------
     world = eff.num_gpus
-    if not isinstance(cfg.get("zero_optimization"), dict):
+    if "zero_optimization" not in cfg:
         cfg["zero_optimization"] = {"stage": eff.zero_stage}
         add("zero_optimization.stage", eff.zero_stage, f"{opt('zero_stage', eff.zero_stage)}; the config has no "
             "zero_optimization (Accelerate requires it)", "added")
@@ -774,8 +784,10 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
         add("zero_optimization.stage", eff.zero_stage, opt("zero_stage", eff.zero_stage), "added")
     for part in ("offload_optimizer", "offload_param"):
         target = getattr(eff, part)
-        if target != "none" and not isinstance(zero.get(part), dict):
-            zero[part] = {"device": target}
+        block = zero.get(part)
+        if target != "none" and (not isinstance(block, dict) or "device" not in block):
+            zero[part] = dict(block) if isinstance(block, dict) else {}
+            zero[part]["device"] = target
             add(f"zero_optimization.{part}.device", target, opt(part, target), "added")
             if target == "nvme":
                 zero[part]["nvme_path"] = eff.nvme_path

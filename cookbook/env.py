@@ -1328,7 +1328,7 @@ def register(subparsers) -> None:
 
 
 #: The checks that need the model (its parameter count): skipped, and named, without --model.
-MODEL_CHECKS = {"host_memory": "the plan's host-RAM need (the memory estimate)",
+MODEL_CHECKS = {"host_memory": "the plan's host-RAM need, from the memory estimate",
                 "nvme_disk": "the size of the states offloaded to NVMe"}
 
 
@@ -1336,7 +1336,7 @@ def _model_check(plan: Plan | None) -> list[Check]:
     if plan is None or plan.model:
         return []
     return [Check("model", "warn", "not given", "checks that need --model ran without it: "
-                  + "; ".join(f"{k} ({v})" for k, v in MODEL_CHECKS.items())
+                  + "; ".join(f"{k}: {v}" for k, v in MODEL_CHECKS.items())
                   + ". Every other check (versions, CUDA toolkit vs torch, Python headers, ninja, libaio for an "
                   "NVMe config, NCCL variables) ran for the config", "add --model NAME (as for `cookbook estimate`)")]
 

@@ -1194,6 +1194,9 @@ def _cli(args) -> int:
                           "command": res.command, "duration_s": res.duration_s, "summary": res.summary,
                           "details": {k: v for k, v in res.details.items()}}, indent=1, default=str))
     else:
+        for f in res.findings:  # what the linter warns about but does not refuse (e.g. fp16 kept on a bf16 GPU)
+            if f.get("severity") == "warning":
+                print(f"warning: {f['path']}: {f['message']} Fix: {f['fix']}")
         if res.command:
             print("command:\n" + res.command)
         print(f"{res.status}: {res.message}")

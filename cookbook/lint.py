@@ -1177,6 +1177,11 @@ def _optimizer_type_names() -> list[str]:
 
 def _rule_params(ctx: _Ctx) -> None:
     cfg = ctx.cfg
+    for section, example in (("optimizer", "AdamW"), ("scheduler", "WarmupDecayLR")):
+        node = cfg.get(section)
+        if isinstance(node, dict) and "type" in node and not isinstance(node["type"], str):
+            ctx.add(ERROR, f"{section}.type", f"{section}.type is {json.dumps(node['type'])}, not a name",
+                    f'write the class name as a string, e.g. "{example}"')
     zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
     off = zero.get("offload_optimizer")
     cpu_opt = isinstance(off, dict) and off.get("device") in ("cpu", "nvme")
@@ -1348,8 +1353,14 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
         if world_size is not None and base.num_gpus != world_size:
             base = base.replace(num_gpus=world_size, num_machines=1)
         name = Path(source).name if source else "the config"
-        resolved = resolve_config(cfg, base, stated=stated, names=names, lr=lr, max_steps=max_steps,
-                                  warmup_steps=warmup_steps, save_16bit_model=will_save_hf_model, config_name=name)
+        try:
+            resolved = resolve_config(cfg, base, stated=stated, names=names, lr=lr, max_steps=max_steps,
+                                      warmup_steps=warmup_steps, save_16bit_model=will_save_hf_model, config_name=name)
+        except Exception as exc:  # noqa: BLE001 — a linter must not crash on odd input
+            from .dsconfig import Problem, Resolution
+            resolved = Resolution(cfg, cfg, None, (), (Problem(
+                "(config)", f"the config could not be resolved for this run: {type(exc).__name__}: {exc}",
+                "fix the errors below and lint again"),), name)
         pre.extend(Finding(ERROR, p.path, p.message, p.fix) for p in resolved.problems)
         cfg = resolved.config
         if resolved.plan is not None:
@@ -1468,6 +1479,10 @@ def _run(args) -> int:
     mode = args.mode or "launch"
     notes = []
     world = args.world_size
+    if world is not None and world < 1:
+        print("error: " + user_message(PlanError.about("{num_gpus}: must be a positive integer; set {num_gpus.name} "
+                                                       "to 1 or more", num_gpus=world), args), file=sys.stderr)
+        return 2
     if world is None:
         try:
             stated_world = config_world_size(json.loads(Path(args.config).read_text(encoding="utf-8-sig")))
@@ -1551,7 +1566,7 @@ def _run(args) -> int:
                 print(f"error: -o {args.output}: cannot be written ({exc.strerror}); create the folder first or pick "
                       "another path", file=sys.stderr)
                 return 2
-            print(f"resolved config written to {args.output}", file=out)
+            print(f"resolved config written to {args.output}", file=sys.stderr if args.json else out)
         else:
             sys.stdout.write(text)
     return report.exit_code

@@ -542,3 +542,14 @@ def test_lint_errors_name_the_flags(tmp_path, capsys):
     assert cli.main(["lint", str(stage2), "--offload-param", "cpu", "--gpu", "A100"]) == 1
     out = capsys.readouterr().out
     assert "--offload-param cpu with zero_optimization.stage=2 in z2.json" in out
+
+
+def test_fp16_block_the_trainer_keeps_stays_with_the_warning(tmp_path, capsys):
+    acc = TEMPLATES / "accelerate_zero_stage3_offload_config.json"
+    out = tmp_path / "r.json"
+    assert cli.main(["lint", str(acc), "--gpu", "H100", "--json", "--resolve", "-o", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not report["errors"] and [w for w in report["warnings"] if w["path"] == "fp16"]
+    assert {"path": "fp16.enabled", "value": True, "from": "accelerate_zero_stage3_offload_config.json (over "
+            "--precision bf16 (default))"} in report["filled"]
+    assert json.loads(out.read_text())["fp16"] == json.loads(acc.read_text())["fp16"]
