@@ -653,7 +653,8 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     problems: list[Problem] = []
     cname = config_name
     tdef = trainer_defaults()
-    warm = warmup_steps if warmup_steps is not None else max(1, max_steps // 20)
+    warm = warmup_steps if warmup_steps is not None else (max(1, max_steps // 20) if max_steps is not None else 1)
+    unknown = {"lr": lr is None, "max_steps": max_steps is None}  # a real model's lr/length not given
 
     def label(key: str) -> str:
         return names.get(key, key)
@@ -824,7 +825,11 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
         cfg[eff.precision] = block
         add(f"{eff.precision}.enabled", True, f"{opt('precision', eff.precision)}; Accelerate's set_mixed_precision "
             "adds the block a config lacks", "added")
-    if "scheduler" not in cfg:
+    if "scheduler" not in cfg and any(unknown.values()):
+        problems.append(Problem("scheduler", "the config has no scheduler and the run's "
+                                + " and ".join(label(k) for k, v in unknown.items() if v) + " was not given",
+                                "give " + " and ".join(label(k) for k, v in unknown.items() if v)))
+    elif "scheduler" not in cfg:
         cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {
             "warmup_min_lr": 0, "warmup_max_lr": lr, "warmup_num_steps": max(1, warm), "total_num_steps": max_steps,
             "warmup_type": "linear"}}
@@ -893,7 +898,15 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
                 + ", ".join(p.split('.')[-1] for p in hidden_paths if is_auto(p))))
     if eff.nvme_path is None:
         fills = [f for f in fills if not f[0].endswith(".nvme_path")]
+    needs = {"optimizer.params.lr": "lr", "scheduler.params.warmup_max_lr": "lr",
+             "scheduler.params.total_num_steps": "max_steps"}
     for path, value, source in fills:
+        if is_auto(path) and unknown.get(needs.get(path, "")):
+            problems.append(Problem(path, f"\"auto\" needs {label(needs[path])}, which was not given (a real model has "
+                                    "no default learning rate or length)",
+                                    f"give {label(needs[path])} (full fine-tunes of 7B-14B use lr 1e-5 - 2e-5)"
+                                    if needs[path] == "lr" else f"give {label(needs[path])} or --num-epochs"))
+            continue
         if is_auto(path):
             parent, key = _node(cfg, path)
             parent[key] = value

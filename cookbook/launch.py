@@ -686,9 +686,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     if config is not None and stated is None:
         stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
 
+    given_plan = plan  # both passes compare the config with the plan as given (the second must not see the first's)
+
     def resolve(lr_, max_steps_, warmup_steps_):
         from .lint import lint
-        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=plan, stated=stated,
+        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=given_plan, stated=stated,
                       names=names, lr=lr_, max_steps=max_steps_, warmup_steps=warmup_steps_,
                       will_save_hf_model=final_save)
         if not report.readable:
@@ -715,7 +717,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             max_steps = opts["max_steps"] = cfg_steps
 
     # precision the device cannot run, before anything else is done
-    refused = precision_refusal(plan.precision, on_gpu)
+    # (a user's config is checked by the linter's machine rules instead, which name its keys)
+    refused = precision_refusal(plan.precision, on_gpu) if config is None else None
     if refused and not dry_run:
         return result("config_error", refused, command="")
 
@@ -1050,7 +1053,7 @@ def write_resolved_options(path: Path, plan: Plan, parsed, *, run_file: str | No
     import yaml
     values: dict = {}
     for dest, value in vars(parsed).items():
-        if dest in _NOT_IN_RUN_FILE:
+        if dest in _NOT_IN_RUN_FILE or (dest == "packing" and value is None):  # None: the default decides
             continue
         values[dest.replace("_", "-")] = value
     values.update({"num-processes": plan.num_gpus, "num-machines": plan.num_machines,

@@ -1529,8 +1529,12 @@ def _run(args) -> int:
     opts = {}
     if mode == "launch":
         d = _launch_defaults()
-        opts = dict(stated=stated, names=names, lr=args.lr if args.lr is not None else d["lr"],
-                    max_steps=args.max_steps if args.max_steps is not None else d["max_steps"],
+        from .models import REHEARSAL_LR, REHEARSAL_MAX_STEPS, is_rehearsal_model
+        tiny = is_rehearsal_model(plan.model)  # only the tiny models have a default lr and length (see launch)
+        lr_d = d["lr"] if d["lr"] is not None else (REHEARSAL_LR if tiny else None)
+        steps_d = d["max_steps"] if d["max_steps"] is not None else (REHEARSAL_MAX_STEPS if tiny else None)
+        opts = dict(stated=stated, names=names, lr=args.lr if args.lr is not None else lr_d,
+                    max_steps=args.max_steps if args.max_steps is not None else steps_d,
                     warmup_steps=args.warmup_steps, machine=args.gpu is None)
     try:
         with stdout_to_stderr():

@@ -455,7 +455,7 @@ def describe_inputs(facts: dict) -> list[str]:
     if hp:
         lines.append(f"[schedule] lr {hp['lr']:g} ({hp['lr_source']}), {hp['lr_scheduler']} after {hp['warmup_steps']} "
                      f"warm-up step(s) ({hp['warmup_source']}); {hp['max_steps']} optimizer steps ({hp['steps_source']}) "
-                     f"= {hp['epochs']:g} epoch(s) at a global batch of {facts['global_batch']} sequences")
+                     f"= {hp['epochs']:g} epoch(s) at a global batch of {facts['global_batch']} rows")
     return lines
 
 

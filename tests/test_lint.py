@@ -499,8 +499,13 @@ def test_unfilled_auto_fix_names_the_values_of_those_keys():
 def test_default_mode_resolves_like_launch_and_writes_resolved(tmp_path, capsys):
     src = TEMPLATES / "llamafactory_ds_z3_offload_config.json"
     out = tmp_path / "resolved.json"
+    # a real model has no default learning rate or length (as in cookbook launch): without them, an error naming both
     assert cli.main(["lint", str(src), "--model", "qwen-14b", "--world-size", "8", "--micro-batch", "2",
-                     "--grad-accum", "4", "--precision", "bf16", "--resolve", "-o", str(out)]) == 0
+                     "--grad-accum", "4", "--precision", "bf16"]) == 1
+    assert "--lr" in capsys.readouterr().out
+    assert cli.main(["lint", str(src), "--model", "qwen-14b", "--world-size", "8", "--micro-batch", "2",
+                     "--grad-accum", "4", "--precision", "bf16", "--lr", "1e-5", "--max-steps", "100",
+                     "--resolve", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "filled for this run" in text and "--micro-batch 2" in text and "hidden_size² = 5120²" in text
     resolved = json.loads(out.read_text())

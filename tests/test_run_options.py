@@ -18,6 +18,7 @@ from cookbook.train import TrainInputError, add_train_arguments, validate_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_RECORDS = 3000  # data/instructions.jsonl (data/README.md)
+INSTRUCTIONS = Path(__file__).resolve().parent.parent / "data" / "instructions.jsonl"
 
 
 def plan(**kw) -> Plan:
@@ -101,7 +102,9 @@ def test_shipped_run_files_dry_run(tmp_path, capsys, monkeypatch, name, shipped)
     assert "hf download" in capsys.readouterr().out
     # with the shipped architecture in its place the whole recipe checks out
     out = tmp_path / "run"
-    rc = main(["launch", str(path), "--dry-run", "--model", shipped, "--output-dir", str(out), "--no-progress"])
+    # (one example per row, so the step count below is computed from the record count alone)
+    rc = main(["launch", str(path), "--dry-run", "--model", shipped, "--no-packing", "--output-dir", str(out),
+               "--no-progress"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     ds = json.loads((out / "ds_config.json").read_text())
@@ -136,7 +139,7 @@ def test_real_model_needs_lr_and_length(tmp_path):
 
 def test_epochs_become_steps_and_max_steps_wins(tmp_path):
     res = launch(plan(micro_batch=4, grad_accum=3), tmp_path / "a", num_epochs=2, dry_run=True, progress=False,
-                 quiet=True, eval_fraction=0.1, warmup_ratio=0.1)
+                 quiet=True, eval_fraction=0.1, warmup_ratio=0.1, dataset=str(INSTRUCTIONS), packing=False)
     assert res.status == "dry_run", res.message
     total = _steps(SHIPPED_RECORDS, 0.1, 4, 3, 2, 2)  # ceil(2 × ceil(ceil(2700 / 8) / 3)) = 226
     assert total == 226
@@ -178,9 +181,12 @@ def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[model] tiny-qwen2: 354,880 parameters; shipped architecture" in out and "RANDOM WEIGHTS" in out
     assert "[tokenizer] shipped 2,048-token tokenizer" in out
-    assert "[data] 2,850 training examples of 2,850 records" not in out  # records == examples: said once
-    assert "[data] 2,850 training examples" in out and "truncated" in out
-    assert "[eval] 150 eval examples" in out
+    n = sum(1 for l in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if l.strip())  # shipped chats
+    held = math.ceil(0.05 * n)
+    assert f"[data] {n - held:,} training examples of" not in out  # records == examples: said once
+    assert f"[data] {n - held:,} training examples" in out and "truncated" in out
+    assert "packing on" in out and "rows of exactly 128 tokens" in out
+    assert f"{held} records held out of --dataset" in out
     assert "[schedule] lr 0.003" in out
 
 
