@@ -73,7 +73,7 @@ def test_the_cycle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_import_reader_sees_deferred_and_package_imports(tmp_path):
+def test_the_import_reader_sees_deferred_and_package_imports():
     graph = import_graph()
     assert "plan" in graph["dsconfig"]                      # top of the module
     assert "models" in graph["dsconfig"]                    # inside a function
