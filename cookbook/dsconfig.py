@@ -30,6 +30,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .plan import Plan, PlanError
@@ -938,7 +939,6 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
         problems.append(Problem(path, f"{path} is \"auto\", which neither the HF Trainer nor Accelerate fills, so "
                                 "cookbook launch cannot either", f"write a value for {path}"))
     try:
-        from .env import plan_from_ds_config
         eff = plan_from_ds_config(cfg, base=eff) if not problems else eff
     except (PlanError, ValueError, TypeError) as exc:
         problems.append(Problem("(config)", str(exc), "make the config's ZeRO, batch and precision values consistent"))
@@ -1171,8 +1171,83 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
+
+
+# ----------------------------------------------------------------------------------------------
+# a plan read off a config
+
+def _load_config(config: dict | str | os.PathLike) -> dict:
+    if isinstance(config, dict):
+        return config
+    p = Path(config)
+    try:
+        return json.loads(p.read_text())
+    except OSError as exc:
+        raise PlanError(f"--config {str(p)!r}: cannot read it ({exc.strerror or exc}); give a DeepSpeed JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"--config {str(p)!r}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str | None = None, world_size: int | None = None,
+                        base: Plan | None = None, **overrides) -> Plan:
+    """A :class:`Plan` from a DeepSpeed config (``zero_optimization.stage``, ``offload_optimizer.device``,
+    ``offload_param.device``, their ``nvme_path``, ``train_micro_batch_size_per_gpu``,
+    ``gradient_accumulation_steps``, ``bf16``/``fp16``), a model name and a world size.
+    ``"auto"`` values (filled in by Accelerate) keep the value of ``base`` (or the :class:`Plan`
+    defaults). Precedence: ``overrides`` > config > ``base``; ``model``/``world_size`` > ``base``.
+
+    Raises:
+        PlanError: unreadable config, or values no plan can hold.
+    """
+    cfg = _load_config(config)
+    zero = cfg.get("zero_optimization") or {}
+    fields: dict = base.to_dict() if base is not None else {}
+    if model is not None:
+        fields["model"] = model
+    if world_size is not None:
+        fields["num_gpus"] = world_size
+    if "model" not in fields:
+        raise PlanError("a DeepSpeed config does not name the model: give --model NAME with --config")
+
+    def given(v):
+        return v is not None and v != "auto"
+
+    if given(zero.get("stage")):
+        fields["zero_stage"] = int(zero["stage"])
+    for key, name in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
+        section = zero.get(key) or {}
+        device = section.get("device")
+        if given(device):
+            fields[name] = str(device)
+        if device == "nvme" and section.get("nvme_path"):
+            fields["nvme_path"] = section["nvme_path"]
+    if given(cfg.get("train_micro_batch_size_per_gpu")):
+        fields["micro_batch"] = int(cfg["train_micro_batch_size_per_gpu"])
+    if given(cfg.get("gradient_accumulation_steps")):
+        fields["grad_accum"] = int(cfg["gradient_accumulation_steps"])
+    if (cfg.get("bf16") or {}).get("enabled") is True:
+        fields["precision"] = "bf16"
+    elif (cfg.get("fp16") or {}).get("enabled") is True:
+        fields["precision"] = "fp16"
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return Plan(**fields)
+
+
+def config_world_size(cfg) -> tuple[int, str] | None:
+    """(world size, how) when a config states one: ``train_batch_size / (micro batch × accumulation)``
+    with all three numbers (DeepSpeed's ``train_batch_size = micro × accumulation × world size``)."""
+    if not isinstance(cfg, dict):
+        return None
+    tb, mb, ga = (cfg.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"))
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (tb, mb, ga)) and tb % (mb * ga) == 0:
+        return tb // (mb * ga), f"train_batch_size {tb} / (train_micro_batch_size_per_gpu {mb} × " \
+                                f"gradient_accumulation_steps {ga})"
+    return None
+
+
 __all__ = ["PRESETS", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
-           "Resolution", "auto_precision", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
+           "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
            "register", "stdout_to_stderr"]

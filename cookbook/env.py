@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .dsconfig import _load_config, plan_from_ds_config  # noqa: F401 - re-exported for callers of env
 from .hardware import LIBAIO_PACKAGES, free_port, libaio_present
 from .plan import Plan, PlanError, add_plan_arguments, plan_from_args
 
@@ -627,63 +628,6 @@ def measure_allreduce(*, world_size: int | None = None, timeout_s: float = 60.0,
 #: The model of a plan built from a DeepSpeed config alone (``cookbook env --config ds.json`` without
 #: ``--model``): the checks that need the model (:data:`MODEL_CHECKS`) say so instead of guessing one.
 NO_MODEL = ""
-
-
-def _load_config(config: dict | str | os.PathLike) -> dict:
-    if isinstance(config, dict):
-        return config
-    p = Path(config)
-    try:
-        return json.loads(p.read_text())
-    except OSError as exc:
-        raise PlanError(f"--config {str(p)!r}: cannot read it ({exc.strerror or exc}); give a DeepSpeed JSON file") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"--config {str(p)!r}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-
-
-def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str | None = None, world_size: int | None = None,
-                        base: Plan | None = None, **overrides) -> Plan:
-    """A :class:`Plan` from a DeepSpeed config (``zero_optimization.stage``, ``offload_optimizer.device``,
-    ``offload_param.device``, their ``nvme_path``, ``train_micro_batch_size_per_gpu``,
-    ``gradient_accumulation_steps``, ``bf16``/``fp16``), a model name and a world size.
-    ``"auto"`` values (filled in by Accelerate) keep the value of ``base`` (or the :class:`Plan`
-    defaults). Precedence: ``overrides`` > config > ``base``; ``model``/``world_size`` > ``base``.
-
-    Raises:
-        PlanError: unreadable config, or values no plan can hold.
-    """
-    cfg = _load_config(config)
-    zero = cfg.get("zero_optimization") or {}
-    fields: dict = base.to_dict() if base is not None else {}
-    if model is not None:
-        fields["model"] = model
-    if world_size is not None:
-        fields["num_gpus"] = world_size
-    if "model" not in fields:
-        raise PlanError("a DeepSpeed config does not name the model: give --model NAME with --config")
-
-    def given(v):
-        return v is not None and v != "auto"
-
-    if given(zero.get("stage")):
-        fields["zero_stage"] = int(zero["stage"])
-    for key, name in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_param")):
-        section = zero.get(key) or {}
-        device = section.get("device")
-        if given(device):
-            fields[name] = str(device)
-        if device == "nvme" and section.get("nvme_path"):
-            fields["nvme_path"] = section["nvme_path"]
-    if given(cfg.get("train_micro_batch_size_per_gpu")):
-        fields["micro_batch"] = int(cfg["train_micro_batch_size_per_gpu"])
-    if given(cfg.get("gradient_accumulation_steps")):
-        fields["grad_accum"] = int(cfg["gradient_accumulation_steps"])
-    if (cfg.get("bf16") or {}).get("enabled") is True:
-        fields["precision"] = "bf16"
-    elif (cfg.get("fp16") or {}).get("enabled") is True:
-        fields["precision"] = "fp16"
-    fields.update({k: v for k, v in overrides.items() if v is not None})
-    return Plan(**fields)
 
 
 def _needs_jit_ops(plan: Plan | None) -> list[str]:
@@ -1349,7 +1293,7 @@ def _main(args) -> int:
         # model say so (MODEL_CHECKS) and every other one runs
         world = args.world_size if args.world_size is not None else args.num_gpus
         if world is None:
-            from .lint import config_world_size
+            from .dsconfig import config_world_size
             stated = config_world_size(_load_config(args.config))
             if stated is None:
                 raise PlanError("--config needs --world-size N: the config does not state its world size "

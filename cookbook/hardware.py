@@ -161,7 +161,6 @@ def throughput_ceiling(plan, *, peak_tflops: float = RTX4090_BF16_TFLOPS, pcie_g
         "ceiling_samples_per_s", "flops_per_token", "pcie_bytes_per_micro_batch"}``.
     """
     from .models import model_spec
-    from .train import flops_per_token
     spec = model_spec(plan.model)
     fpt = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, plan.seq_len)
     if plan.gradient_checkpointing:
@@ -180,3 +179,25 @@ def throughput_ceiling(plan, *, peak_tflops: float = RTX4090_BF16_TFLOPS, pcie_g
 __all__ = ["GPU_COMPUTE_CAPABILITY", "LIBAIO_PACKAGES", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "free_port",
            "gpu_compute_capability", "hardware_label", "libaio_present", "on_gpu_machine", "rehearsal",
            "scaled_budget_gib", "throughput_ceiling"]
+
+
+def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:
+    """Model FLOPs per trained token, forward + backward, without recomputation:
+    6·N + 12·L·h·s (Chowdhery et al. 2022, PaLM, appendix B; the MFU definition)."""
+    return 6.0 * num_params + 12.0 * num_layers * hidden * seq_len
+
+
+def default_precision() -> str:
+    """bf16 on Ampere or newer GPUs (compute capability >= 8.0), fp16 on older GPUs, fp32 on CPU."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return "fp32"
+            major, _ = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return "bf16" if major >= 8 else "fp16"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        return "fp32"

@@ -44,9 +44,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hardware import free_port, on_gpu_machine
+from .hardware import default_precision, free_port, on_gpu_machine
 from .models import is_rehearsal_model
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
+from .train import add_launch_arguments as _add_launch_arguments
 from .train import (ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, default_gradient_checkpointing,
                     validate_inputs)
 
@@ -355,22 +356,6 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
             return (f"--precision bf16: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
                     "or newer (Ampere, Ada, Hopper). Use --precision fp16 (with loss scaling) on this GPU")
     return None
-
-
-def default_precision() -> str:
-    """bf16 on Ampere or newer GPUs (compute capability >= 8.0), fp16 on older GPUs, fp32 on CPU."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return "fp32"
-            major, _ = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(0))
-            return "bf16" if major >= 8 else "fp16"
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001
-        return "fp32"
 
 
 def extensions_dir() -> Path:
@@ -1086,25 +1071,6 @@ def _explicit_dests(argv: list[str], with_config: bool) -> set:
         a.default = argparse.SUPPRESS
     ns, _ = p.parse_known_args(argv)
     return set(vars(ns))
-
-
-def _add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> None:
-    add_train_arguments(p)
-    p.add_argument("--num-processes", "--gpus", dest="num_processes", type=int, default=2,
-                   help="world size: ranks over all machines (GPUs, or CPU processes in a rehearsal)")
-    p.add_argument("--num-machines", type=int, default=1, help="machines (each runs num_processes/num_machines ranks)")
-    p.add_argument("--main-process-ip", default="127.0.0.1", help="address of machine 0")
-    p.add_argument("--main-process-port", type=int, default=None, help="port on machine 0 (default: a free one)")
-    p.add_argument("--gpu-memory-gib", type=float, default=24.0, help="GPU memory for the pre-launch estimate")
-    p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM for the estimate (default: this machine's)")
-    p.add_argument("--force", action="store_true", help="launch even when the estimate says it will not fit")
-    p.add_argument("--hang-timeout", type=float, default=900.0, help="seconds without progress before the watchdog stops the run")
-    p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--dry-run", action="store_true", help="check everything, write the run folder and print the command only")
-    if with_config:
-        p.add_argument("--config", default=None, help="your own DeepSpeed JSON (linted before launch)")
 
 
 def _interrupt_on_termination() -> None:

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .dsconfig import config_world_size  # noqa: F401 - re-exported
 from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
 
@@ -1446,22 +1447,10 @@ def _launch_defaults() -> dict:
     mode ``launch`` resolves exactly what ``cookbook launch --config`` would."""
     import argparse
 
-    from .launch import _add_launch_arguments
+    from .train import add_launch_arguments as _add_launch_arguments
     p = argparse.ArgumentParser(add_help=False)
     _add_launch_arguments(p, with_config=True)
     return {a.dest: a.default for a in p._actions if a.dest != "help"}
-
-
-def config_world_size(cfg) -> tuple[int, str] | None:
-    """(world size, how) when a config states one: ``train_batch_size / (micro batch × accumulation)``
-    with all three numbers (DeepSpeed's ``train_batch_size = micro × accumulation × world size``)."""
-    if not isinstance(cfg, dict):
-        return None
-    tb, mb, ga = (cfg.get(k) for k in BATCH_KEYS)
-    if all(_is_int(v) and v > 0 for v in (tb, mb, ga)) and tb % (mb * ga) == 0:
-        return tb // (mb * ga), f"train_batch_size {tb} / (train_micro_batch_size_per_gpu {mb} × " \
-                                f"gradient_accumulation_steps {ga})"
-    return None
 
 
 def _run(args) -> int:
@@ -1506,7 +1495,7 @@ def _run(args) -> int:
                 cc = gpu_compute_capability(args.gpu)
                 precision = auto_precision(cc) if cc else None
             if precision is None:
-                from .launch import default_precision
+                from .hardware import default_precision
                 precision = default_precision()
             fields = {k: d[k] if getattr(args, k) is None else getattr(args, k)
                       for k in ("model", "micro_batch", "grad_accum", "zero_stage", "offload_optimizer", "offload_param")}

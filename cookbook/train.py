@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from .hardware import flops_per_token  # noqa: F401 - the formula lives with the hardware facts
 from .plan import OFFLOAD_TARGETS, PRECISIONS, ZERO_STAGES
 
 GIB = 2 ** 30
@@ -155,6 +156,27 @@ def tensorboard_available() -> bool:
     ``tensorboard`` package; Accelerate falls back to ``tensorboardX``)."""
     import importlib.util
     return any(importlib.util.find_spec(m) is not None for m in ("tensorboard", "tensorboardX"))
+
+
+def add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> None:
+    """The options of `cookbook train` / `cookbook launch`: the training entry's (:func:`add_train_arguments`)
+    plus the launcher's (world size, machines, estimate inputs, watchdog); ``--config`` with ``with_config``."""
+    add_train_arguments(p)
+    p.add_argument("--num-processes", "--gpus", dest="num_processes", type=int, default=2,
+                   help="world size: ranks over all machines (GPUs, or CPU processes in a rehearsal)")
+    p.add_argument("--num-machines", type=int, default=1, help="machines (each runs num_processes/num_machines ranks)")
+    p.add_argument("--main-process-ip", default="127.0.0.1", help="address of machine 0")
+    p.add_argument("--main-process-port", type=int, default=None, help="port on machine 0 (default: a free one)")
+    p.add_argument("--gpu-memory-gib", type=float, default=24.0, help="GPU memory for the pre-launch estimate")
+    p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM for the estimate (default: this machine's)")
+    p.add_argument("--force", action="store_true", help="launch even when the estimate says it will not fit")
+    p.add_argument("--hang-timeout", type=float, default=900.0, help="seconds without progress before the watchdog stops the run")
+    p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--dry-run", action="store_true", help="check everything, write the run folder and print the command only")
+    if with_config:
+        p.add_argument("--config", default=None, help="your own DeepSpeed JSON (linted before launch)")
 
 
 def validate_args(args) -> list[str]:
@@ -405,7 +427,7 @@ def validate_inputs(args, world_size: int, *, gpu_box: bool | None = None, keep_
     except ModelNotFoundError as exc:
         raise TrainInputError(str(exc)) from None
     if gpu_box is None:
-        from .launch import on_gpu_machine
+        from .hardware import on_gpu_machine
         gpu_box = on_gpu_machine()
     if not spec.has_weights and gpu_box and not getattr(args, "random_weights", False) \
             and not is_rehearsal_model(args.model):
@@ -479,12 +501,6 @@ def peak_tflops(device_name: str | None) -> float | None:
         if key.lower() in device_name.lower():
             return value
     return None
-
-
-def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:
-    """Model FLOPs per trained token, forward + backward, without recomputation:
-    6·N + 12·L·h·s (Chowdhery et al. 2022, PaLM, appendix B; the MFU definition)."""
-    return 6.0 * num_params + 12.0 * num_layers * hidden * seq_len
 
 
 def zero_partition_numel(engine) -> dict:
