@@ -120,7 +120,8 @@ def from_results(results: Path, date: str) -> dict:
     held_out`` that ran or ran out of GPU memory, with its plan, DeepSpeed config, measured peaks and
     the row shape that ran."""
     from cookbook.models import model_spec
-    recs = json.loads(Path(results).read_text())["results"]
+    res = json.loads(Path(results).read_text())
+    recs, device = res["results"], "cuda" if res.get("on_gpu", True) else "cpu"
     out = {"description": (f"Held-out calibration points measured {date} with `python -m benchmarks.gpu_bench --suite "
                            "calib` (one H200 capped at 24 GiB, bf16, gradient checkpointing, the shipped chat data "
                            "packed into rows of exactly seq_len tokens). Never used to fit the estimator; "
@@ -136,7 +137,7 @@ def from_results(results: Path, date: str) -> dict:
                     "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
                     "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads, "model_type": spec.model_type}
         point = {"name": f"{r['name']}: {r.get('label')} seq {r['plan']['seq_len']} micro {r['plan']['micro_batch']}",
-                 "set": "held_out", "spec": key, "bf16_states": r.get("bf16_states", False), "device": "cuda",
+                 "set": "held_out", "spec": key, "bf16_states": r.get("bf16_states", False), "device": device,
                  "plan": dict(r["plan"], model=Path(r["rung"]["model"]).name),
                  "measured": {k: r.get(k) for k in ("peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib")
                               if r.get(k) is not None},
@@ -153,7 +154,10 @@ def from_results(results: Path, date: str) -> dict:
 def recipe_comparison(results: Path) -> dict | None:
     """tokens/s of ``recipe-chat`` (packed chat rows) over the committed synthetic full-length
     ``recipe-bf16-states`` (issue 13's target: within 10%)."""
-    recs = {r["name"]: r for r in json.loads(Path(results).read_text())["results"]}
+    res = json.loads(Path(results).read_text())
+    if not res.get("on_gpu", True):
+        return None  # a CPU check of the suite: nothing to compare with a GPU measurement
+    recs = {r["name"]: r for r in res["results"]}
     chat = recs.get("recipe-chat")
     ref = next((r for f in sorted(REF_DIR.glob("*.json")) for r in json.loads(f.read_text()).get("rungs", [])
                 if r.get("name") == "recipe-bf16-states"), None)

@@ -124,6 +124,7 @@ class Records:
     format: str
     source: str
     where: list = field(default_factory=list)
+    fingerprint: tuple | None = None  # (source, size, mtime, fields, split) of a file's records: tokenize's cache key
 
     def __len__(self) -> int:
         return len(self.records)
@@ -142,7 +143,8 @@ class Records:
         """The records at ``indices`` (like ``datasets.Dataset.select``)."""
         indices = list(indices)
         return Records([self.records[i] for i in indices], self.format, self.source,
-                       [self.where[i] for i in indices] if self.where else [])
+                       [self.where[i] for i in indices] if self.where else [],
+                       self.fingerprint + (tuple(indices),) if self.fingerprint else None)
 
     def describe(self) -> str:
         return FORMATS[self.format][0]
@@ -285,7 +287,11 @@ def load_records(path: str | os.PathLike | None = None, *, fields: str | dict | 
         raw, where = _from_datasets(name, split, None)
     if not raw:
         raise DataError(f"dataset={name!r}: no records; it needs at least one")
-    return normalise(raw, where, name, mapping)
+    recs = normalise(raw, where, name, mapping)
+    if p.is_file():
+        st = p.stat()
+        recs.fingerprint = (str(p.resolve()), st.st_size, st.st_mtime_ns, json.dumps(mapping, sort_keys=True), split)
+    return recs
 
 
 def normalise(raw: list, where: list | None = None, source: str = "records", mapping: dict | None = None) -> Records:
@@ -565,6 +571,16 @@ def _encode_chats(records: list, tok, where: list) -> list:
     return out
 
 
+_TOKENIZED: dict = {}  # tokenize's results for file records, by (records, tokenizer, seq_len, packing); see there
+
+
+def _tokenizer_fingerprint(tok) -> tuple:
+    files = [Path(tok.name_or_path) / f for f in ("tokenizer.json", "tokenizer_config.json")]
+    stamps = tuple(f.stat().st_mtime_ns if f.is_file() else None for f in files)
+    return (type(tok).__name__, str(tok.name_or_path), stamps, len(tok), getattr(tok, "chat_template", None),
+            tuple(sorted((k, str(v)) for k, v in tok.special_tokens_map.items())))
+
+
 def tokenize(records, tokenizer, seq_len: int, *, packing: bool = False) -> TokenizedData:
     """Tokenize records with loss only where it belongs (see the module docstring).
 
@@ -582,6 +598,22 @@ def tokenize(records, tokenizer, seq_len: int, *, packing: bool = False) -> Toke
         raise DataError(f"seq_len={seq_len}: too short for an instruction and a response; use 64 or more")
     if not isinstance(records, Records):
         records = normalise(list(records))
+    # the launcher and a notebook call this again for the same file: reuse the result (keyed by the file's
+    # size and mtime, the field mapping, the tokenizer and its chat template, seq_len, packing)
+    key = None
+    if records.fingerprint:
+        key = (records.fingerprint, _tokenizer_fingerprint(tokenizer), seq_len, packing)
+        if key in _TOKENIZED:
+            return _TOKENIZED[key]
+    data = _tokenize(records, tokenizer, seq_len, packing)
+    if key:
+        if len(_TOKENIZED) >= 4:
+            _TOKENIZED.pop(next(iter(_TOKENIZED)))
+        _TOKENIZED[key] = data
+    return data
+
+
+def _tokenize(records: Records, tokenizer, seq_len: int, packing: bool) -> TokenizedData:
     fmt, source = records.format, records.source
     if fmt in ("messages", "sharegpt"):
         if not getattr(tokenizer, "chat_template", None):
