@@ -376,18 +376,32 @@ def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:
     ``torch.utils.cpp_extension.load``, which guards each build folder with an empty ``lock`` file
     (``torch/utils/file_baton.py``) and makes every other process wait until it disappears. A rank
     killed while holding it leaves it behind and every later run then waits forever at startup.
-    A build takes well under ``max_age_s``; an older lock is stale. Returns the paths removed.
+    A lock is stale when nothing in its build folder changed for ``max_age_s`` and no compiler runs on
+    this machine (a slow 2-core build can take longer than ``max_age_s`` but keeps writing objects).
+    Returns the paths removed.
     """
     roots = {Path(os.environ.get("TORCH_EXTENSIONS_DIR") or extensions_dir()), Path.home() / ".cache" / "torch_extensions"}
     removed = []
     for lock in [l for root in roots if root.is_dir() for l in (*root.glob("*/lock"), *root.glob("*/*/lock"))]:
         try:
-            if time.time() - lock.stat().st_mtime > max_age_s:
+            # the newest file in the build folder (ninja's objects and logs) says whether a build is alive:
+            # a slow machine may build past max_age_s, but it keeps writing
+            newest = max([lock.stat().st_mtime] + [f.stat().st_mtime for f in lock.parent.iterdir()])
+            if time.time() - newest > max_age_s and not _compiler_running():
                 lock.unlink()
                 removed.append(str(lock))
         except OSError:
             pass
     return removed
+
+
+def _compiler_running() -> bool:
+    """Whether a compiler or ninja runs on this machine (a JIT build in progress, perhaps another run's)."""
+    import psutil
+    for proc in psutil.process_iter(["name"]):
+        if (proc.info.get("name") or "") in ("ninja", "cc1plus", "nvcc", "c++", "g++", "cicc"):
+            return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------
