@@ -200,6 +200,7 @@ def gpu_suites() -> dict:
         "smoke": ["ceilings"],
         "calib": calib_suite(lanes=1),
         "calib2": calib_suite(lanes=2),
+        "calib-fast": calib_fast_suite(),
     }
 
 
@@ -243,6 +244,14 @@ def calib_suite(lanes: int = 1) -> list:
     rungs = calib_rungs()
     phase = {"A": rungs} if lanes == 1 else {"A": rungs[0::2], "B": rungs[1::2]}
     return [("prepare", (LLAMA3B, QWEN3B)), phase]
+
+
+def calib_fast_suite() -> list:
+    """``calib-fast``: the ``calib`` rungs without saved weights (ZeRO-0/1/2 models initialise on the GPU in
+    seconds now) and with 4 steps (3 timed) for the held-out points: what one ~8-minute device call holds."""
+    rungs = [dataclasses.replace(r, weights=False, max_steps=r.max_steps if r.name == "recipe-chat" else min(r.max_steps, 4))
+             for r in calib_rungs()]
+    return [{"A": rungs}]
 
 
 def tiny(rung: Rung) -> Rung:
@@ -324,7 +333,8 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
                  emulate_gpu_memory_gib=24.0 if on_gpu else None, verify_save="off", final_save=False,
                  force=True, hang_timeout_s=rung.timeout_s, env=env, progress=False,
                  packing=True if rung.data == "chat" else None,
-                 random_weights=True)  # memory and speed of the shipped architectures: no weights needed
+                 random_weights=True,  # memory and speed of the shipped architectures: no weights needed
+                 tokenizer="shipped")  # config-only model folders: the shipped tokenizer, on purpose
     summary = res.summary or {}
     spec = model_spec(rung.model)
     import psutil

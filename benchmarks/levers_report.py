@@ -1,0 +1,236 @@
+"""Turn the raw output of :mod:`benchmarks.levers` (two device calls on 2026-12-01) into reference files.
+
+    python -m benchmarks.levers_report      # reads data/reference/raw/h200_levers_call*_levers.json
+
+Writes ``data/reference/h200_levers_2026-12-01.json`` (issue 19: every run with its DeepSpeed config,
+command, tokens/s, s/step, peaks, DeepSpeed's wall-clock breakdown, floor and RTX 4090 projection; the
+Liger memory probe; CPU Adam under thread settings; what did not run and why) and
+``data/reference/h200_nvme_2026-12-01.json`` (issue 18: the disk probe), and prints a Markdown table.
+
+Floors and the RTX 4090 projection use the model of ``docs/benchmarks.md`` section 5
+(:func:`benchmarks.report.floor`, :data:`benchmarks.report.RTX4090`) with the ceilings measured in
+call 1 (call 2 measured none: same machine kind, stated in the file).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from benchmarks.report import RTX4090, floor
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "data" / "reference" / "raw"
+OUT = ROOT / "data" / "reference" / "h200_levers_2026-12-01.json"
+OUT_NVME = ROOT / "data" / "reference" / "h200_nvme_2026-12-01.json"
+N_3B = 3_426_473_600   # benchmarks/models/llama-3b
+
+COMMANDS = {
+    "call1": "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "
+             ".whl/*.whl; export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 "
+             "PYTHONUNBUFFERED=1; (libaio from Debian's libaio1/libaio-dev .debs: dpkg -x, libaio.h -> /usr/local/include, "
+             "libaio.so* -> /usr/local/lib, ldconfig); python3 -m benchmarks.levers --out $OUT --deadline-s 506",
+    "call2": "(same install); python3 -m benchmarks.levers --out $OUT --plan call2 --phases '' "
+             "--probe-json data/reference/raw/h200_levers_call1_probe.json --deadline-s 351",
+}
+
+
+def _row(r: dict, call: str, ceil: dict) -> dict:
+    keep = ("name", "status", "message", "tokens_per_s", "tokens_per_s_mean", "step_time_s", "tokens_per_step",
+            "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib", "step_times_s", "losses",
+            "command", "deepspeed_config", "config_changes", "env", "cores", "duration_s", "wall_s", "breakdown")
+    row = {k: r.get(k) for k in keep}
+    v = r.get("variant") or {}
+    row["call"] = call
+    row["lever"] = {k: v.get(k) for k in ("micro_batch", "bf16_states", "zenflow", "zenflow_native", "liger", "bind")}
+    row["note"] = v.get("note")
+    row["plan"] = r.get("plan")
+    # steady-state breakdown: median over the steps after the first of each timer DeepSpeed printed
+    bd = r.get("breakdown") or []
+    micro = [b for b in bd if "fwd_microstep" in b][1:]
+    opt = [b for b in bd if "optimizer_step" in b][1:]
+    if micro:
+        row["breakdown_median_ms"] = {k: statistics.median(b[k] for b in micro if k in b)
+                                      for k in ("fwd_microstep", "bwd_microstep", "step_microstep")}
+        if opt:
+            row["breakdown_median_ms"].update({k: statistics.median(b[k] for b in opt if k in b)
+                                               for k in ("optimizer_gradients", "optimizer_step")})
+    if r.get("status") == "ok" and r.get("step_time_s") and r.get("plan"):
+        p = r["plan"]
+        rec = {"num_params": N_3B, "plan": p}
+        f = floor(rec, ceil)
+        f["achieved_over_floor_serial"] = f["floor_serial_s"] / r["step_time_s"]
+        f["achieved_over_floor_overlap"] = f["floor_overlap_s"] / r["step_time_s"]
+        row["floor"] = f
+        f4090 = floor(rec, {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
+                            "d2h_gb_s": RTX4090["d2h_gb_s"], "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]})
+        step = f4090["floor_serial_s"] / f["achieved_over_floor_serial"]
+        row["projection_rtx4090"] = {"floor_serial_s": f4090["floor_serial_s"], "step_time_s": step,
+                                     "tokens_per_s": f["tokens_per_step"] / step,
+                                     "assumes": "same achieved/floor as measured on the H200 (docs/benchmarks.md §5)"}
+    return row
+
+
+def build() -> tuple[dict, dict]:
+    c1 = json.loads((RAW / "h200_levers_call1_levers.json").read_text())
+    c2 = json.loads((RAW / "h200_levers_call2_levers.json").read_text())
+    ceil = dict(c1["ceilings"])
+    adam = c1["cpu_adam_settings"]["default"]
+    ceil["cpu_adam_params_per_s"] = adam["cpu_adam_params_per_s"]
+    ceil["cpu_adam_threads"] = adam["cpu_adam_threads"]
+    versions = ceil.pop("versions")
+    rows = [_row(r, "call1", ceil) for r in c1["runs"]] + [_row(r, "call2", ceil) for r in c2["runs"]]
+    by = {r["name"]: r for r in rows}
+
+    def ratio(a, b, key="tokens_per_s"):
+        x, y = (by.get(a) or {}).get(key), (by.get(b) or {}).get(key)
+        return x / y if x and y and by[a]["status"] in ("ok", "timeout") and by[b]["status"] == "ok" else None
+    probe = c1["liger_probe"]
+    pk = {(r["liger"], r["micro_batch"]): r["peak_above_params_gib"] for r in probe["rows"] if r.get("status") == "ok"}
+    base = by["recipe"]["peak_gpu_allocated_gib"]
+    predicted = {f"{'liger' if lg else 'no_liger'}_{mb}": base + pk[(lg, mb)] - pk[(False, 16)] for (lg, mb) in pk}
+    ref = {
+        "what": "issue 19 levers on the cookbook recipe (3.4B LLaMA shape, ZeRO-2 + optimizer offload, one H200 capped "
+                "at 24 GiB), issue 18 disk probe; two device calls on 2026-12-01",
+        "date": "2026-12-01",
+        "machine": {"kind": "nvidia-h200", "gpu": "1 x NVIDIA H200 (139.8 GiB), capped at 24 GiB per process "
+                    "(torch.cuda.set_per_process_memory_fraction)", "cpu": "16 cores (Intel Xeon, KVM; 1 thread per "
+                    "core, 1 NUMA node)", "host_memory_gib": versions.get("host_memory_gib"),
+                    "disk": (c1.get("disk") or {}).get("facts")},
+        "versions": dict(versions, triton="3.6.0", liger_kernel="0.8.5"),
+        "commands": COMMANDS,
+        "setup": {"model": "benchmarks/models/llama-3b (3,426,473,600 parameters, random weights initialised on "
+                  "the GPU with seed 1234: the cookbook's ZeRO-0/1/2 path; no saved weights needed)",
+                  "data": "benchmarks.gpu_bench.make_long_dataset: 128 records, every row truncated to exactly 1024 "
+                          "tokens", "precision": "bf16, gradient checkpointing, lr 2e-5, warm-up 1 step",
+                  "tokens_per_s": "median over the steps after the first (tokens_per_s_mean: total tokens / total "
+                                  "time of those steps)",
+                  "wall_clock_breakdown": "on in every cookbook run (DeepSpeed timers synchronise the GPU a few times "
+                                          "a step; the recipe still ran 8,047 tokens/s vs 8,122-8,283 measured "
+                                          "without it)"},
+        "ceilings": ceil,
+        "ceilings_note": "call 1: pinned 1 GiB copies and 8192^3 bf16 matmul (benchmarks.ceilings), CPU Adam over 2e8 "
+                         "fp32 parameters with 16 threads; call 2 measured none (same machine kind)",
+        "rtx4090_model": RTX4090,
+        "runs": rows,
+        "liger_probe": {"how": "one forward+backward of the 3.4B model on the uncapped GPU, bf16, gradient "
+                               "checkpointing, no ZeRO, every gradient dropped as soon as it is accumulated (as "
+                               "ZeRO-2's offload buckets move them out); peak allocated above the parameters",
+                        "rows": probe["rows"], "params_gib": probe["params_gib"],
+                        "predicted_recipe_allocated_gib": predicted,
+                        "prediction": "recipe's measured 15.43 GiB at micro 16 + (probe peak at m - probe peak "
+                                      "without Liger at 16); Liger at 32 predicted 17.65, measured 17.74",
+                        "liger_saves_gib": {mb: pk[(False, mb)] - pk[(True, mb)] for mb in (16, 24, 32)
+                                            if (False, mb) in pk and (True, mb) in pk}},
+        "micro_batch_choice": {**c1.get("micro_choice", {}), **c2.get("micro_choice", {})},
+        "cpu_adam_settings": {k: {kk: v.get(kk) for kk in ("cpu_adam_params_per_s", "cpu_adam_threads",
+                                                             "omp_num_threads", "omp_proc_bind", "omp_places",
+                                                             "affinity")}
+                              for k, v in c1["cpu_adam_settings"].items()},
+        "cpu_settings": c1["cpu_settings"],
+        "ratios_same_call": {
+            "liger_mb32_over_recipe_mb16 (call 1)": ratio("liger", "recipe"),
+            "liger_mb32_plus_omp_bind_over_liger_mb32 (call 1)": ratio("combo", "liger"),
+            "cpu_adam_omp_bind_over_default (call 1, micro-benchmark)":
+                c1["cpu_adam_settings"]["omp-bind"]["cpu_adam_params_per_s"] / adam["cpu_adam_params_per_s"],
+            "cpu_adam_ds_bind_over_default (call 1, micro-benchmark)":
+                c1["cpu_adam_settings"]["ds-bind"]["cpu_adam_params_per_s"] / adam["cpu_adam_params_per_s"],
+        },
+        "ratios_across_calls": {
+            "liger_mb28_fp32_states (call 2) over recipe_bf16_states (call 1)": ratio("combo-fp32", "recipe"),
+            "liger_mb28_fp32_states (call 2) over recipe_fp32_states 5,924 (docs/benchmarks.md, 2026-11-30)":
+                by["combo-fp32"]["tokens_per_s"] / 5924.0 if by.get("combo-fp32", {}).get("tokens_per_s") else None,
+            "zenflow_fp32 steps 2-3 (call 2, no CPU update yet; run then killed by host OOM) over recipe (call 1)":
+                (by["zenflow-fp32"]["tokens_per_s"] / by["recipe"]["tokens_per_s"])
+                if by.get("zenflow-fp32", {}).get("tokens_per_s") else None,
+        },
+        "findings": [
+            "ZenFlow cannot run the recipe as shipped: with bf16 master weights (bf16_states) DeepSpeed 0.19.8 stops at "
+            "start (stage_1_and_2.py _enforce_cpu_offload: 'Master weights feature requires ZeRO-2 Offload with "
+            "DeepSpeedCPUAdam', an exact type check that ZenFlowCPUAdam fails).",
+            "ZenFlow with fp32 states ran its first 3 steps (steps 2-3: 1.25 s, 13,100 tokens/s, GPU 19.2 GiB "
+            "allocated = +3.8 GiB for the top-10% selective optimizer) and was killed by the kernel's OOM killer at "
+            "step 4, its first update boundary, when the overlapped optimizer process starts (rank RSS 63.7 GiB "
+            "before it; 125 GiB host). Steps 2-3 carry no CPU update, so 13,100 is an upper bound, not ZenFlow's "
+            "steady state.",
+            "Through the cookbook loop ZenFlow's update_interval is ignored: Accelerate's DeepSpeedEngineWrapper.backward "
+            "calls engine.set_gradient_accumulation_boundary(True) every step (benchmarks/lever_train.py patches "
+            "that for the 'native' runs). Product change needed for ZenFlow: the loop must leave boundaries to "
+            "DeepSpeed.",
+            "The cookbook's linter refuses ZenFlow's own 'auto' values (select_strategy/select_interval) as if they "
+            "were the HF Trainer's placeholder; the runs omit those keys (DeepSpeed's default is 'auto').",
+            "Liger fused linear cross-entropy: same fwd+bwd time as the stock loss (probe: 1.05 vs 1.06 s at 16, "
+            "2.08 vs 2.08 s at 32), 3.3 / 4.9 / 6.6 GiB less GPU memory at micro 16 / 24 / 32 (0.2 GiB per 1024-token "
+            "sequence). Micro batch 32 fits the 24 GiB cap with Liger (17.7 GiB allocated); without Liger the "
+            "prediction is 24.2 GiB at 32 (over the cap), 22.0 at 28, 19.8 at 24.",
+            "Liger at micro 32 (bf16 states): 10,841 tokens/s = 1.35x the recipe at 16 in the same call, 3.02 s/step "
+            "for 2x the tokens: the CPU step (~0.9 s) and the PCIe trips are paid once per 32 sequences. Part of "
+            "that gain needs no Liger: micro 24 without Liger is predicted to fit; not measured (estimate from "
+            "the breakdown: ~2.6 s/step, ~9,500 tokens/s, so Liger's own share is ~1.14x).",
+            "OpenMP thread binding (OMP_PROC_BIND=close, OMP_PLACES=cores) made DeepSpeedCPUAdam 6% faster alone but "
+            "the training run 2.9x slower (optimizer_step 5.3 s vs 0.75 s, optimizer_gradients 1.5 s vs 0.14 s): "
+            "libgomp binds the rank's main thread to core 0, and every thread it starts after that (the CPU "
+            "optimizer's, the gradient copies') inherits that one core. DeepSpeed's --bind_cores_to_rank for one rank "
+            "on this VM is all 16 cores with OMP_NUM_THREADS=16, i.e. the cookbook's default: a no-op here; its "
+            "reported 1.16x comes from several ranks per host and SMT siblings, which this machine lacks.",
+            "offload_optimizer.ratio (partial optimizer offload) is ZeRO-3 only in DeepSpeed 0.19.8 "
+            "(offload_config.py: 'Only valid with ZeRO Stage 3'): it does not apply to the ZeRO-2 recipe; not run.",
+        ],
+        "not_run": c1["not_run"] + c2["not_run"] + [
+            {"name": "zenflow (bf16 states)", "why": "DeepSpeed refuses ZenFlow with bf16 master weights (see findings)"},
+            {"name": "zenflow-fp32 steady state", "why": "host OOM at the first update boundary (125 GiB host)"},
+            {"name": "ZenFlow combined with Liger", "why": "ZenFlow never completed a run; combo ran without it"},
+            {"name": "offload_optimizer.ratio", "why": "ZeRO-3 only in DeepSpeed 0.19.8"},
+            {"name": "HF Trainer baselines (issue 19 item 3)", "why": "cut by the device time: the levers ran first; "
+             "benchmarks/trainer_baseline.py is rehearsed on the CPU (both configs) but not run on the GPU"},
+        ],
+        "combo_choice": {"call1": c1.get("combo_choice"), "call2": c2.get("combo_choice")},
+    }
+    nvme = {"what": "issue 18: sequential write/read bandwidth of the one-GPU H200 machine's disk through "
+                    "DeepSpeed's async I/O op (benchmarks/nvme_bench.py, the ds_io aio_handle path), default vs other "
+                    "aio settings; measured in call 1 of 2026-12-01",
+            "date": "2026-12-01", "machine": ref["machine"], "versions": ref["versions"],
+            "command": "python -m benchmarks.nvme_bench --folder /tmp/nvme_probe --io-gib 1 --loops 1 --deadline-s 25",
+            **c1["disk"],
+            "caveats": ["one timed 1 GiB file per setting after one warm-up (noisy); two settings were cut by the "
+                        "sweep's 25 s limit", "the disk is a virtual disk (/dev/vda, ext4, ROTA=1 as reported), "
+                        "not a local NVMe SSD"],
+            "not_run": ["ZeRO-3 NVMe-offload run of benchmarks/models/llama-1b (TinyLlama-1.1B shape), default vs "
+                        "tuned aio: cut by the device time"]}
+    return ref, nvme
+
+
+def table(ref: dict) -> str:
+    out = ["| run | call | micro | states | levers | status | tokens/s | s/step | GPU alloc / reserved GiB | host GiB "
+           "| fwd / bwd / step ms | achieved/floor | 4090 proj. tokens/s |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def f(x, d=0):
+        return "—" if x is None else f"{x:,.{d}f}"
+    for r in ref["runs"]:
+        lv = r["lever"]
+        levers = ", ".join(x for x in (("zenflow" + ("" if lv.get("zenflow_native") else "/accel")) if lv.get("zenflow")
+                                       else "", "liger" if lv.get("liger") else "", lv.get("bind") or "") if x) or "—"
+        bd = r.get("breakdown_median_ms") or {}
+        micro = (r.get("plan") or {}).get("micro_batch") or lv.get("micro_batch")
+        out.append(f"| {r['name']} | {r['call']} | {micro} | {'bf16' if lv.get('bf16_states') else 'fp32'} | {levers} | "
+                   f"{r['status']} | {f(r.get('tokens_per_s'))} | {f(r.get('step_time_s'), 2)} | "
+                   f"{f(r.get('peak_gpu_allocated_gib'), 1)} / {f(r.get('peak_gpu_reserved_gib'), 1)} | "
+                   f"{f(r.get('host_peak_gib'), 1)} | {f(bd.get('fwd_microstep'))} / {f(bd.get('bwd_microstep'))} / "
+                   f"{f(bd.get('step_microstep'))} | "
+                   f"{f((r.get('floor') or {}).get('achieved_over_floor_serial') and 100 * r['floor']['achieved_over_floor_serial'])}% | "
+                   f"{f((r.get('projection_rtx4090') or {}).get('tokens_per_s'))} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ref, nvme = build()
+    OUT.write_text(json.dumps(ref, indent=1, default=str))
+    OUT_NVME.write_text(json.dumps(nvme, indent=1, default=str))
+    print(table(ref))
+    print(json.dumps({"same call": ref["ratios_same_call"], "across calls": ref["ratios_across_calls"]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
