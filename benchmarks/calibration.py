@@ -69,7 +69,8 @@ def estimate_point(data: dict, point: dict, configs: dict | None = None):
     configs = reference_configs() if configs is None else configs
     cfg = point.get("deepspeed_config") or configs.get(point["name"].split(":")[0])
     return plan, estimate(plan, bf16_states=point["bf16_states"], spec=spec_of(data, point["spec"]),
-                          device=point["device"], ds_config=cfg)
+                          device=point["device"], ds_config=cfg,
+                          eager_attention=bool(point.get("masked_attention")))
 
 
 def accuracy(folder: Path = CAL_DIR):
@@ -142,7 +143,10 @@ def from_results(results: Path, date: str) -> dict:
                  "measured": {k: r.get(k) for k in ("peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib")
                               if r.get(k) is not None},
                  "ran": r["status"] == "ok", "deepspeed_config": r.get("deepspeed_config"),
-                 "rows": {k: r.get(k) for k in ("packing_efficiency", "row_tokens_mean", "row_width_max")}}
+                 "rows": {k: r.get(k) for k in ("packing_efficiency", "row_tokens_mean", "row_width_max")},
+                 # packed rows on sdpa (no flash_attn there): the block-diagonal mask path, which stores the
+                 # attention scores (cookbook.train.masked_attention)
+                 "masked_attention": bool(r.get("packing"))}
         if r["status"] == "gpu_oom":
             point["failure"] = "gpu"
             point["measured"] = {}

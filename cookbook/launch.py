@@ -508,7 +508,8 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
 # ----------------------------------------------------------------------------------------------
 
 def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
-           emulate_gpu_memory_gib: float | None, elsewhere: bool = False) -> tuple[list, dict | None, list[str]]:
+           emulate_gpu_memory_gib: float | None, elsewhere: bool = False,
+           packed_with_mask: bool = False) -> tuple[list, dict | None, list[str]]:
     """Lint findings, the estimate, and reasons to refuse the launch.
 
     ``elsewhere``: a dry run on a machine without a GPU for a GPU run (a real model): the estimate is
@@ -537,7 +538,8 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
         host = plan.host_memory_gib or (None if elsewhere else psutil.virtual_memory().total / GIB)
         eplan = plan.replace(host_memory_gib=host,
                              gpu_memory_gib=emulate_gpu_memory_gib or plan.gpu_memory_gib)
-        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if gpu_run else "cpu", ds_config=ds_config)
+        e = estimate(eplan, bf16_states=bf16_states, device="cuda" if gpu_run else "cpu", ds_config=ds_config,
+                     eager_attention=gpu_run and packed_with_mask)
         est = e.to_dict()
         if gpu_run and not e.fits_gpu:
             refusals.append(f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has "
@@ -548,6 +550,14 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
     except Exception as exc:  # noqa: BLE001 - an estimator problem must not block a launch
         est = {"error": f"{type(exc).__name__}: {exc}"}
     return findings, est, refusals
+
+
+def packed_with_mask(packing: bool | None) -> bool:
+    """Whether packed rows will reach the attention as a block-diagonal mask (transformers' sdpa/eager path,
+    which stores ``b·a·s²`` scores per layer: see :func:`cookbook.train.masked_attention`) rather than
+    flash-attention's varlen path: packing not turned off and the ``flash_attn`` package not installed."""
+    import importlib.util
+    return packing is not False and importlib.util.find_spec("flash_attn") is None
 
 
 def stated_fields(plan: Plan, *, lr: float = 3e-3, max_steps: int = 40, warmup_steps: int | None = None) -> set[str]:
@@ -767,7 +777,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
-                                     elsewhere=elsewhere)
+                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing))
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,

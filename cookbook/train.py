@@ -1123,7 +1123,8 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "deepspeed_config": ds_config,
     }
     summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,
-                                               device_name is None, shape=shape))
+                                               device_name is None, shape=shape,
+                                               masked_attention=masked_attention(facts)))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
@@ -1157,8 +1158,19 @@ def shape_that_ran(rows: list, args, world: int) -> dict:
     return out
 
 
+def masked_attention(facts: dict) -> bool:
+    """Whether the run's attention went through a mask that the kernel materialises per head: packed rows on
+    transformers' sdpa/eager path (a block-diagonal 4D mask built from ``position_ids``), as opposed to
+    flash-attention's varlen path (``flatten``). Measured on one H200 (``data/reference/h200_calib_2026-12-01.json``):
+    with the mask, PyTorch's SDPA leaves its flash kernel, allocates ``b·a·s²`` bytes per layer (a 2.00 GiB
+    allocation at b=4, a=32, s=4096 ended the run out of memory) and ran the 3.4B recipe at 5,299 tokens/s
+    instead of 8,047 on unpacked full rows."""
+    att = facts.get("attention") or {}
+    return bool(facts.get("packing")) and not att.get("flatten")
+
+
 def estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured, on_cpu,
-                                shape: dict | None = None) -> dict:
+                                shape: dict | None = None, masked_attention: bool = False) -> dict:
     """The memory estimator's prediction for this run (with the run's own DeepSpeed config, so its
     bucket sizes count) next to what was measured — for the batch shape that ran: micro batch ×
     the widest row tensor that ran (``shape['row_width_max']``; ``--seq-len`` when packed), which is
@@ -1180,7 +1192,11 @@ def estimate_beside_measurement(args, world, ds_config, precision, gradient_chec
                     precision=precision, zero_stage=zero.get("stage", 0) if zero else 0,
                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
                     gradient_checkpointing=bool(gradient_checkpointing), nvme_path=args.nvme_path)
-        kwargs = {"bf16_states": bool(args.bf16_states), "ds_config": ds_config}
+        # the masked path stores the attention scores like eager attention (Korthikanti et al.'s 5·a·s/h term)
+        kwargs = {"bf16_states": bool(args.bf16_states), "ds_config": ds_config,
+                  "eager_attention": bool(masked_attention) and not on_cpu}
+        if masked_attention and not on_cpu:
+            basis["attention"] = "packed rows through a block-diagonal mask: attention scores counted (b·a·s² per layer)"
         if on_cpu:
             kwargs["device"] = "cpu"
         try:
