@@ -1303,6 +1303,61 @@ def choose_variant(plan, *, bf16_states: bool = False, variants=None):
     return chosen, result
 
 
+#: The model-state components (16-bit parameters and gradients, fp32 master weights and gradients, Adam
+#: moments) that ZeRO partitions; the keys of ``gpu_gib`` / ``host_gib`` that hold them.
+MODEL_STATE_KEYS = ("params_16bit", "grads_16bit", "master_fp32", "adam_states", "grads_fp32")
+
+#: One rank's share of Qwen-14B on 8 ranks under ZeRO-3, as a model of its own (data/models/qwen2-14b-share8).
+SHARE_MODEL = "qwen2-14b-share8"
+
+
+def rank_model_states_gib(plan: Plan, *, bf16_states: bool = False, spec=None) -> float:
+    """The model states one rank holds for ``plan``, wherever they live, in GiB: the GPU's share
+    (:data:`MODEL_STATE_KEYS` of ``gpu_gib``) plus the rank's part of the offloaded states (the same keys
+    of ``host_gib`` over the ranks on the machine). The gathered-layer and prefetch buffers, activations
+    and the runtime are not model states and are left out.
+
+    Used to size a model whose states on ONE rank equal a larger model's per-rank states on many ranks
+    (:data:`SHARE_MODEL`: ``rank_model_states_gib(Plan("qwen2-14b-share8", num_gpus=1, zero_stage=3))``
+    ≈ ``rank_model_states_gib(Plan("qwen-14b", num_gpus=8, zero_stage=3))``, within 0.01 %).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    e = estimate(plan, bf16_states=bf16_states, spec=spec, device="cuda")
+    ranks_per_machine = max(1, plan.num_gpus)
+    gpu = sum(float(e.gpu_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS)
+    host = sum(float(e.host_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS) / ranks_per_machine
+    return gpu + host
+
+
+def share_ratio(share_model: str = SHARE_MODEL, target_model: str = "qwen-14b", *, world_size: int = 8,
+                share_ranks: int = 1, zero_stage: int = 3, offload_optimizer: str = "none",
+                offload_param: str = "none") -> dict:
+    """How closely ``share_model`` on ``share_ranks`` ranks stands in for ``target_model`` on ``world_size`` ranks
+    (``qwen2-14b-share4`` on 2 ranks, ``qwen2-14b-share2`` on 4 stand in for Qwen-14B on 8 too):
+    ``{"share_gib", "target_gib", "ratio" (share / target), "share_params", "target_params",
+    "params_ratio", "sentence"}`` (model states per rank, :func:`rank_model_states_gib`, GiB).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    from .models import model_spec
+    common = dict(gpu_memory_gib=24.0, seq_len=512, micro_batch=1, grad_accum=1, precision="bf16",
+                  zero_stage=zero_stage, offload_optimizer=offload_optimizer, offload_param=offload_param)
+    share = rank_model_states_gib(Plan(model=share_model, num_gpus=share_ranks, **common))
+    target = rank_model_states_gib(Plan(model=target_model, num_gpus=world_size, **common))
+    ns, nt = model_spec(share_model).num_params, model_spec(target_model).num_params
+    label = Plan(model=share_model, num_gpus=share_ranks, **common).label
+    where = "ONE rank" if share_ranks == 1 else f"each of {share_ranks} ranks"
+    return {"share_gib": share, "target_gib": target, "ratio": share / target, "share_params": ns,
+            "target_params": nt, "params_ratio": ns / nt,
+            "sentence": (f"{share_model} ({ns:,} parameters = {ns / nt:.4f} × {target_model}'s {nt:,}) on {where} "
+                         f"holds {share:.2f} GiB of model states under {label}; {target_model} on {world_size} ranks "
+                         f"holds {target:.2f} GiB per rank (ratio {share / target:.4f}). Activations and the gathered "
+                         "layer are the share's own, smaller.")}
+
+
 def rehearsal_memory_note(num_params: int | None = None) -> str:
     """One sentence saying why the CPU rehearsal's measured memory is nearly the same for every ZeRO variant.
 
@@ -1371,6 +1426,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["MODEL_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]
