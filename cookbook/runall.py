@@ -126,12 +126,12 @@ def _error_line(error: dict | None) -> str:
     return f"cell {error['cell']}: {error['ename']}: {error['evalue']}"
 
 
-def central_outcome(results: dict | None, declares_expected: bool) -> tuple[dict | None, dict | None]:
+def central_outcome(results: dict | None, declares_expected: bool | str) -> tuple[dict | None, dict | None]:
     """Did the notebook's central run end as the notebook expected?
 
     Args:
         results: the notebook's ``results.json`` (None when it wrote none).
-        declares_expected: the notebook has an ``EXPECTED_OUTCOME`` parameter.
+        declares_expected: the notebook has an ``EXPECTED_OUTCOME`` parameter (its value when a string).
 
     Returns:
         ``(central, error)``: ``central`` as recorded (``run``, ``status``, ``expected``, ``message``,
@@ -141,6 +141,8 @@ def central_outcome(results: dict | None, declares_expected: bool) -> tuple[dict
     """
     central = (results or {}).get("central")
     expected = (central or {}).get("expected")
+    if expected is None and isinstance(declares_expected, str):
+        expected = declares_expected
     if expected is None and not declares_expected:
         return central, None
     if not central or central.get("run") is None:
@@ -342,6 +344,21 @@ def _quiet_kernel_logs() -> None:
     warnings.filterwarnings("ignore", message=r".*(Proactor|event loop|transport).*")
 
 
+def _expected_default(path: Path) -> bool | str:
+    """The default of a notebook's ``EXPECTED_OUTCOME`` parameter (a string), True when it is not a plain
+    string literal, False when the notebook has none."""
+    import ast
+    import papermill as pm
+    info = pm.inspect_notebook(str(path)).get("EXPECTED_OUTCOME")
+    if info is None:
+        return False
+    try:
+        value = ast.literal_eval(str(info.get("default")))
+    except (ValueError, SyntaxError):
+        return True
+    return value if isinstance(value, str) else True
+
+
 def _kernel_env() -> None:
     """Make the default ``python3`` kernel (``argv: ["python", ...]``) start this interpreter: put its
     folder first on PATH (the kernel process inherits the environment)."""
@@ -413,7 +430,7 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
     from_file = load_params_file(params_file, every) if params_file else {}
     from_cli = parameters_for(notebooks, list(parameters or []))
     per_notebook = {nb.stem: {**from_file.get(nb.stem, {}), **from_cli[nb.stem]} for nb in notebooks}
-    declares_expected = {nb.stem: "EXPECTED_OUTCOME" in declared_parameters(nb) for nb in notebooks}
+    declares_expected = {nb.stem: _expected_default(nb) for nb in notebooks}
     out.mkdir(parents=True, exist_ok=True)
     _kernel_env()
     if not progress:
@@ -436,9 +453,10 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
             t0 = time.time()
             error = None
             try:
+                quiet = {} if progress else {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"]}
                 pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=kernel_name,
                                     progress_bar=progress, cwd=str(nb_out), execution_timeout=cell_timeout_s,
-                                    log_output=False)
+                                    log_output=False, **quiet)
                 status = "ok"
             except PapermillExecutionError as exc:
                 status, error = "failed", _error_info(exc, executed)
@@ -446,7 +464,8 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
                 status, error = "failed", _error_info(exc, executed)
             dt = time.time() - t0
             from .results import load_results
-            central, unexpected = central_outcome(load_results(nb_out), declares_expected[name])
+            central, unexpected = central_outcome(load_results(nb_out),
+                                                  params.get("EXPECTED_OUTCOME", declares_expected[name]))
             if status == "ok" and unexpected:
                 status, error = "unexpected", unexpected
             run = NotebookRun(name=name, source=str(nb), executed=str(executed), output_dir=str(nb_out),
