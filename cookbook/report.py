@@ -142,7 +142,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     gpu_rows = vf[~vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
     cpu_rows = vf[vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
     if len(gpu_rows):
-        parts.append("<h2>Measured here on GPUs</h2><p>Every run the notebooks launched on this machine's GPUs: "
+        parts.append("<h2>ZeRO variants side by side — measured here on GPUs</h2><p>Every run the notebooks launched on this machine's GPUs: "
                      "memory (estimate beside the measured peak per rank), throughput (median step), loss.</p>"
                      + gpu_rows.to_html(index=False, na_rep=MISSING))
     ref = reference_frame()
@@ -151,7 +151,8 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
                      + ref.to_html(index=False, na_rep=MISSING))
     if len(cpu_rows):
-        parts.append("<h2>The CPU rehearsal's runs (tiny models on CPU ranks: not GPU numbers)</h2><p>The same "
+        parts.append("<h2>ZeRO variants side by side — the CPU rehearsal's runs (tiny models on CPU ranks: not GPU "
+                     "numbers)</h2><p>The same "
                      "notebooks with tiny models of the same architectures: they check that every recipe runs end to "
                      "end. Memory is the host RSS of all ranks; throughput is a CPU's.</p>"
                      + cpu_rows.to_html(index=False, na_rep=MISSING))

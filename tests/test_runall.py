@@ -435,8 +435,8 @@ def test_run_all_marks_a_refused_central_run_and_exits_nonzero(tmp_path):
 
 
 def _fake_results(folder: Path, notebook: str, rehearsal: bool, **fields) -> str:
-    run = {"status": "ok", "losses": [2.0, 1.5], "tokens_per_s": 1234.5, "hardware": "CPU rehearsal (2 CPU ranks)",
-           "estimate_device": "cpu", "num_params": 1000}
+    run = {"status": "ok", "summary": {"tokens_per_s": 1234.5, "device": "cpu", "world_size": 2, "num_params": 1000},
+           "metrics": [{"loss": 2.0}, {"loss": 1.5}], "estimate": {"device": "cpu"}}
     results.record(folder, notebook, rehearsal=rehearsal, runs={"central": run}, central="central", expected="ok",
                    **fields)
     return str(folder)
@@ -451,11 +451,13 @@ def test_report_leads_with_the_answers_for_both_targets(tmp_path):
                 "output_dir": _fake_results(tmp_path / "06", "06_final_1x4090", True, desktop_choice=d)}]
     page = report.write_html_report(tmp_path, entries).read_text()
     first = page.index("<h2>The answers</h2>")
-    assert first < page.index("<h2>Notebooks</h2>") < page.index("The CPU rehearsal's runs")
+    assert first < page.index("<h2>Notebooks</h2>") < page.index("the CPU rehearsal's runs")
     section = page[first:page.index("<h2>Notebooks</h2>")]
     assert "8 × RTX 4090 + Qwen-14B" in section and "1 × RTX 4090 + LLaMA-7B" in section
     assert te["verdict"] in section and "ZeRO-3 + opt→nvme + param→nvme with NVMe offload" in section
-    assert section.count("1,234 tokens/s on CPU rehearsal") == 2 and "CPU rehearsal: tiny model" in section
+    label = hardware.hardware_label({"device": "cpu", "world_size": 2})
+    assert label.startswith("CPU rehearsal")
+    assert section.count(f"ok: 1,234 tokens/s on {label}") == 2 and "CPU rehearsal: tiny model" in section
     # the projection comes from the GPU reference run closest in size to each target's model
     ref7 = reference.reference_projection("06", model_spec("llama-7b").num_params)
     if ref7:
