@@ -1303,6 +1303,145 @@ def choose_variant(plan, *, bf16_states: bool = False, variants=None):
     return chosen, result
 
 
+#: The model-state components (16-bit parameters and gradients, fp32 master weights and gradients, Adam
+#: moments) that ZeRO partitions; the keys of ``gpu_gib`` / ``host_gib`` that hold them.
+MODEL_STATE_KEYS = ("params_16bit", "grads_16bit", "master_fp32", "adam_states", "grads_fp32")
+
+#: One rank's share of Qwen-14B on 8 ranks under ZeRO-3, as a model of its own (data/models/qwen2-14b-share8).
+SHARE_MODEL = "qwen2-14b-share8"
+
+
+def rank_model_states_gib(plan: Plan, *, bf16_states: bool = False, spec=None) -> float:
+    """The model states one rank holds for ``plan``, wherever they live, in GiB: the GPU's share
+    (:data:`MODEL_STATE_KEYS` of ``gpu_gib``) plus the rank's part of the offloaded states (the same keys
+    of ``host_gib`` over the ranks on the machine). The gathered-layer and prefetch buffers, activations
+    and the runtime are not model states and are left out.
+
+    Used to size a model whose states on ONE rank equal a larger model's per-rank states on many ranks
+    (:data:`SHARE_MODEL`: ``rank_model_states_gib(Plan("qwen2-14b-share8", num_gpus=1, zero_stage=3))``
+    ≈ ``rank_model_states_gib(Plan("qwen-14b", num_gpus=8, zero_stage=3))``, within 0.01 %).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    e = estimate(plan, bf16_states=bf16_states, spec=spec, device="cuda")
+    ranks_per_machine = max(1, plan.num_gpus)
+    gpu = sum(float(e.gpu_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS)
+    host = sum(float(e.host_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS) / ranks_per_machine
+    return gpu + host
+
+
+def share_ratio(share_model: str = SHARE_MODEL, target_model: str = "qwen-14b", *, world_size: int = 8,
+                share_ranks: int = 1, zero_stage: int = 3, offload_optimizer: str = "none",
+                offload_param: str = "none") -> dict:
+    """How closely ``share_model`` on ``share_ranks`` ranks stands in for ``target_model`` on ``world_size`` ranks
+    (``qwen2-14b-share4`` on 2 ranks, ``qwen2-14b-share2`` on 4 stand in for Qwen-14B on 8 too):
+    ``{"share_gib", "target_gib", "ratio" (share / target), "share_params", "target_params",
+    "params_ratio", "sentence"}`` (model states per rank, :func:`rank_model_states_gib`, GiB).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    from .models import model_spec
+    common = dict(gpu_memory_gib=24.0, seq_len=512, micro_batch=1, grad_accum=1, precision="bf16",
+                  zero_stage=zero_stage, offload_optimizer=offload_optimizer, offload_param=offload_param)
+    share = rank_model_states_gib(Plan(model=share_model, num_gpus=share_ranks, **common))
+    target = rank_model_states_gib(Plan(model=target_model, num_gpus=world_size, **common))
+    ns, nt = model_spec(share_model).num_params, model_spec(target_model).num_params
+    label = Plan(model=share_model, num_gpus=share_ranks, **common).label
+    where = "ONE rank" if share_ranks == 1 else f"each of {share_ranks} ranks"
+    return {"share_gib": share, "target_gib": target, "ratio": share / target, "share_params": ns,
+            "target_params": nt, "params_ratio": ns / nt,
+            "sentence": (f"{share_model} ({ns:,} parameters = {ns / nt:.4f} × {target_model}'s {nt:,}) on {where} "
+                         f"holds {share:.2f} GiB of model states under {label}; {target_model} on {world_size} ranks "
+                         f"holds {target:.2f} GiB per rank (ratio {share / target:.4f}). Activations and the gathered "
+                         "layer are the share's own, smaller.")}
+
+
+@dataclass(frozen=True)
+class OffloadChoice:
+    """The offload run one GPU can do on a machine, chosen in :func:`choose_offload_run`'s order.
+
+    Attributes:
+        plan: the plan to launch (``nvme`` offload when that is the choice), or None when nothing fits.
+        bf16_states: launch with ``--bf16-states``.
+        kind: ``fp32 states``, ``bf16 states``, ``NVMe offload`` or None.
+        reason: one sentence: why this one (the estimates that decided it).
+        estimates: kind -> :class:`MemoryEstimate` for the three tried.
+        alternatives: when nothing fits (or only NVMe), what would: more host RAM, NVMe, LoRA.
+    """
+
+    plan: Plan | None
+    bf16_states: bool
+    kind: str | None
+    reason: str
+    estimates: Mapping[str, "MemoryEstimate"]
+    alternatives: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.plan is not None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "fits": self.fits, "bf16_states": self.bf16_states, "reason": self.reason,
+                "label": self.plan.label if self.plan else None, "alternatives": list(self.alternatives),
+                "host_gib": {k: e.host_gib["total"] for k, e in self.estimates.items()},
+                "gpu_gib": {k: e.gpu_gib["total"] for k, e in self.estimates.items()}}
+
+
+def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None, device: str = "cuda",
+                       spec=None) -> OffloadChoice:
+    """Pick the full fine-tune one GPU can run on this machine, ZeRO-3 with everything offloaded:
+    fp32 optimizer states in host RAM if they fit, else bf16 states (half the host RAM; :data:`BF16_STATES_COST`),
+    else NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and the disk has the space.
+
+    Args:
+        plan: the machine and run (``host_memory_gib`` this machine's RAM; its ZeRO variant is replaced
+            by ZeRO-3 + optimizer and parameter offload).
+        nvme_ok: DeepSpeed's ``async_io`` op is usable here (:func:`cookbook.env.check`'s ``ds_ops``).
+        nvme_free_gib: free space at the NVMe path, GiB (None: unknown, counted as enough).
+        device: ``cuda``, or ``cpu`` for the CPU rehearsal (every rank's memory is host RAM).
+
+    Returns:
+        :class:`OffloadChoice`; its ``alternatives`` name more host RAM, NVMe and LoRA honestly when full
+        fine-tuning does not fit host RAM.
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    base = plan.replace(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    nvme = base.replace(offload_optimizer="nvme", offload_param="nvme", nvme_path=plan.nvme_path or "/local_nvme")
+    est = {"fp32 states": estimate(base, spec=spec, device=device),
+           "bf16 states": estimate(base, bf16_states=True, spec=spec, device=device),
+           "NVMe offload": estimate(nvme, bf16_states=False, spec=spec, device=device)}
+    have = f"{plan.host_memory_gib:g} GiB" if plan.host_memory_gib is not None else "unknown"
+    f32, b16, nv = est["fp32 states"], est["bf16 states"], est["NVMe offload"]
+    need = (f"host RAM {have}; needed: fp32 states {f32.host_gib['total']:.0f} GiB, bf16 states "
+            f"{b16.host_gib['total']:.0f} GiB, NVMe offload {nv.host_gib['total']:.0f} GiB RAM + "
+            f"{nv.nvme_gib:.0f} GiB on the SSD")
+    more_ram = (f"more host RAM: {math.ceil(f32.host_gib['total'])} GiB for fp32 states "
+                f"({math.ceil(b16.host_gib['total'])} GiB with --bf16-states)")
+    lora = ("LoRA instead of a full fine-tune: only the adapters have gradients and Adam states, so the frozen "
+            "16-bit weights alone must fit (PEFT; not a full fine-tune, and not what this cookbook trains)")
+    gpu_ok = f32.fits_gpu
+    if gpu_ok and f32.fits_host is not False:
+        return OffloadChoice(base, False, "fp32 states", f"fp32 states fit: {need}.", est)
+    if b16.fits_gpu and b16.fits_host is not False:
+        return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit, bf16 states do: {need}.", est,
+                             (more_ram,))
+    nvme_room = nvme_free_gib is None or nv.nvme_gib <= nvme_free_gib
+    if nv.fits_gpu and nv.fits_host is not False and nvme_ok and nvme_room:
+        return OffloadChoice(nvme, False, "NVMe offload", f"neither fp32 nor bf16 states fit host RAM; NVMe "
+                             f"offload does: {need}.", est, (more_ram, lora))
+    why_not_nvme = ("DeepSpeed's async_io op is not usable here (libaio)" if not nvme_ok else
+                    f"{nv.nvme_gib:.0f} GiB needed on the SSD, {nvme_free_gib:.0f} GiB free" if not nvme_room else
+                    "its pinned buffers do not fit host RAM" if nv.fits_host is False else "it does not fit the GPU")
+    nvme_alt = (f"NVMe offload: {nv.nvme_gib:.0f} GiB on a fast SSD and {nv.host_gib['total']:.0f} GiB of RAM "
+                f"(not here: {why_not_nvme})")
+    return OffloadChoice(None, False, None, f"no full fine-tune fits this machine: {need}; NVMe offload not "
+                         f"possible here: {why_not_nvme}.", est, (more_ram, nvme_alt, lora))
+
+
 def rehearsal_memory_note(num_params: int | None = None) -> str:
     """One sentence saying why the CPU rehearsal's measured memory is nearly the same for every ZeRO variant.
 
@@ -1371,6 +1510,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

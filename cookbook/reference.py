@@ -99,6 +99,40 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
     return out
 
 
+def reference_ceilings(directory: str | os.PathLike | None = None) -> dict | None:
+    """The measured ceilings (``bf16_matmul_tflops``, ``h2d_gb_s``, ``d2h_gb_s``, ``cpu_adam_params_per_s``)
+    of the first reference file that has them (the H200 benchmark), or None."""
+    folder = Path(directory) if directory else REFERENCE_DIR
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        c = data.get("ceilings") if isinstance(data, dict) else None
+        if isinstance(c, dict) and all(k in c for k in ("bf16_matmul_tflops", "h2d_gb_s", "d2h_gb_s",
+                                                         "cpu_adam_params_per_s")):
+            return dict(c)
+    return None
+
+
+def reference_projection(notebook: str, num_params: int | None = None,
+                         directory: str | os.PathLike | None = None) -> dict | None:
+    """The completed GPU reference run for ``notebook`` with an RTX 4090 projection whose model size is
+    closest to ``num_params`` (the fastest among equals; the fastest when None):
+    ``{"name", "label", "num_params", "tokens_per_s" (projected), "measured_tokens_per_s", "file"}``, or None."""
+    import math
+    found = []
+    for r in reference_results(notebook, directory):
+        proj = (r.get("projection_rtx4090") or {}).get("tokens_per_s")
+        if proj and str(r.get("status", "")).startswith("ok"):
+            n = r.get("num_params")
+            gap = abs(math.log(n / num_params)) if num_params and n else 0.0
+            found.append((round(gap, 3), -float(proj), {"name": r.get("name"), "label": _variant(r), "num_params": n,
+                          "tokens_per_s": float(proj), "measured_tokens_per_s": r.get("tokens_per_s"),
+                          "file": r.get("_file")}))
+    return min(found, key=lambda t: t[:2])[2] if found else None
+
+
 def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
     """What each reference file says about itself: its ``what`` line and each ``not_run`` entry
     (what could not be measured, and why), prefixed with the file name; [] when there are none."""
@@ -251,5 +285,5 @@ def check_recorded(plan, files: Mapping[str, str]):
     return pd.DataFrame(rows), records
 
 
-__all__ = ["FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded",
+__all__ = ["reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded",
            "reference_frame", "reference_notes", "reference_results"]

@@ -1,5 +1,7 @@
-"""The ``cookbook run-all`` report: one HTML page with every notebook's status, headline numbers, tables
-and figures, the ZeRO variants side by side (memory, throughput, loss) and the GPU measurements.
+"""The ``cookbook run-all`` report: one HTML page that leads with the answers (per target: the recipe,
+whether it fits GPU and host, the throughput measured here and its RTX 4090 projection;
+:mod:`cookbook.answers`), then every notebook's status and central run, the GPU evidence, the CPU
+rehearsal's runs (said to be what they are), and each notebook's headline numbers, tables and figures.
 
 It reads what each notebook recorded (:func:`cookbook.results.load_results`); :func:`write_html_report`
 writes the page, :func:`variants_frame` and :func:`same_math` are its comparisons.
@@ -15,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .answers import answers_frame, collapse_repeated
 from .figures import plot_loss, plot_runs
 from .memory import rehearsal_memory_note
 from .reference import reference_frame, reference_notes
@@ -107,22 +110,52 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p>Written {_dt.datetime.now().isoformat(timespec='seconds')} into <code>{html.escape(str(out))}</code>.</p>"]
+    # the answers first
+    by_name = {e["name"]: res for e, res in zip(entries, results)}
+    answers = answers_frame(by_name)
+    parts.append("<h2>The answers</h2><p>For each target: the recipe to run, whether it fits the GPU and the host "
+                 "(the estimate for the target machine), what the notebook's central run measured here, and the "
+                 "throughput projected to RTX 4090s. On the CPU rehearsal the measured numbers are tiny models on "
+                 "CPU ranks, and the projection comes from the GPU reference runs (data/reference).</p>"
+                 + answers.to_html(index=False, na_rep=MISSING))
     # overview
     rows = []
     for e, res in zip(entries, results):
         err = e.get("error") or {}
+        central = e.get("central") or (res or {}).get("central") or {}
+        problem = ""
+        if err and err.get("cell") is None and "expected" in err:
+            problem = f"central run {err.get('run')!r}: {err.get('evalue')}"
+        elif err:
+            problem = f"cell {err.get('cell')}: {err.get('ename')}: {err.get('evalue')}"
         rows.append({"notebook": e["name"], "status": e.get("status"),
+                     "central run": (f"{central.get('run')}: {central.get('status')} (expected {central.get('expected')})"
+                                     if central else ""),
                      "hardware": ("CPU rehearsal" if res.get("rehearsal") else "GPU") if res else "",
                      "target": (res or {}).get("target", ""), "duration s": rounded(e.get("duration_s"), 1),
-                     "failed cell": (f"cell {err.get('cell')}: {err.get('ename')}: {err.get('evalue')}" if err else "")})
-    parts.append("<h2>Notebooks</h2>" + pd.DataFrame(rows).to_html(index=False, escape=True))
-    # the ZeRO variants side by side
+                     "problem": problem})
+    parts.append("<h2>Notebooks</h2><p>Status <code>unexpected</code>: every cell ran, but the run the notebook's "
+                 "story rests on did not end as the notebook expected (or none was recorded).</p>"
+                 + tidy_frame(pd.DataFrame(rows)).to_html(index=False, escape=True, na_rep=MISSING))
+    # GPU evidence first: runs on GPUs here, then the reference measurements
     vf = variants_frame([r for r in results if r])
-    if len(vf):
-        parts.append("<h2>ZeRO variants side by side</h2><p>Every run the notebooks launched: memory (estimate beside "
-                     "the measured peak: GPU per rank on GPUs, host RSS of all ranks on the CPU rehearsal), "
-                     "throughput (median step) and loss (mean of the first and last 5 steps).</p>"
-                     + vf.to_html(index=False, na_rep=MISSING))
+    gpu_rows = vf[~vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
+    cpu_rows = vf[vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
+    if len(gpu_rows):
+        parts.append("<h2>ZeRO variants side by side — measured here on GPUs</h2><p>Every run the notebooks launched on this machine's GPUs: "
+                     "memory (estimate beside the measured peak per rank), throughput (median step), loss.</p>"
+                     + gpu_rows.to_html(index=False, na_rep=MISSING))
+    ref = reference_frame()
+    if len(ref):
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in reference_notes())
+        parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
+                     + ref.to_html(index=False, na_rep=MISSING))
+    if len(cpu_rows):
+        parts.append("<h2>ZeRO variants side by side — the CPU rehearsal's runs (tiny models on CPU ranks: not GPU "
+                     "numbers)</h2><p>The same "
+                     "notebooks with tiny models of the same architectures: they check that every recipe runs end to "
+                     "end. Memory is the host RSS of all ranks; throughput is a CPU's.</p>"
+                     + cpu_rows.to_html(index=False, na_rep=MISSING))
         cpu = [r for res in results if res and res.get("rehearsal") for r in (res.get("runs") or {}).values()]
         if cpu:
             sizes = [r.get("num_params") for r in cpu if isinstance(r.get("num_params"), (int, float))]
@@ -141,11 +174,6 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             plt.close(fig)
             parts.append(_img_tag(figdir / f"{name}.png" if embed_images else Path("report_figures") / f"{name}.png",
                                   embed_images))
-    ref = reference_frame()
-    if len(ref):
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in reference_notes())
-        parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
-                     + ref.to_html(index=False, na_rep=MISSING))
     # each notebook
     for e, res in zip(entries, results):
         name = e["name"]
@@ -155,7 +183,10 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             rel = os.path.relpath(e["executed"], out)
             parts.append(f"<p>Executed notebook: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></p>")
         err = e.get("error")
-        if err:
+        if err and err.get("cell") is None and "expected" in err:
+            parts.append(f"<pre class='fail'>central run {html.escape(repr(err.get('run')))} did not end as expected: "
+                         f"{html.escape(str(err.get('evalue')))}</pre>")
+        elif err:
             parts.append(f"<pre class='fail'>failed in cell {err.get('cell')} (In [{err.get('exec_count')}]): "
                          f"{html.escape(str(err.get('ename')))}: {html.escape(str(err.get('evalue')))}</pre>")
         if not res:
@@ -169,7 +200,10 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in res["headline"]) + "</ul>")
         for tname, records in (res.get("tables") or {}).items():
             if records:
-                parts.append(f"<h3>{html.escape(tname)}</h3>" + tidy_frame(pd.DataFrame(records), rehearsal=bool(res.get("rehearsal"))).to_html(index=False, na_rep=MISSING))
+                frame, lines = collapse_repeated(tidy_frame(pd.DataFrame(records), rehearsal=bool(res.get("rehearsal"))))
+                parts.append(f"<h3>{html.escape(tname)}</h3>"
+                             + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+                             + frame.to_html(index=False, na_rep=MISSING))
         for fig in res.get("figures") or []:
             fpath = Path(e["output_dir"]) / fig
             if fpath.is_file():

@@ -8,7 +8,8 @@
 
 The file holds ``notebook``, ``title``, ``target``, ``rehearsal``, ``recorded`` (when), ``headline``
 (sentences with the numbers that matter), ``figures`` (paths relative to the output folder), ``tables``
-(name -> list of records), ``runs`` (label -> :func:`run_record`) and the notebook's own fields.
+(name -> list of records), ``runs`` (label -> :func:`run_record`), ``central`` (the run the story rests
+on and the outcome the notebook expected of it) and the notebook's own fields.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", target: str = "",
            rehearsal: bool | None = None, headline: Iterable[str] = (), runs: Mapping[str, Any] | None = None,
-           tables: Mapping[str, Any] | None = None, figures: Mapping[str, Any] | None = None, **fields) -> Path:
+           tables: Mapping[str, Any] | None = None, figures: Mapping[str, Any] | None = None,
+           central: Any = None, expected: str | None = None, **fields) -> Path:
     """Write one notebook's results, in one call from its last cell: ``OUTPUT_DIR/results.json`` for the
     tests and the ``cookbook run-all`` report, and its figures as ``OUTPUT_DIR/figures/NAME.png``.
 
@@ -71,6 +73,13 @@ def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", tar
         tables: name -> pandas DataFrame, or anything with ``to_frame()`` (a lint report, a config diff,
             a sweep), kept as a list of records.
         figures: name -> matplotlib Figure (None skipped), saved as ``figures/NAME.png`` (110 dpi).
+        central: the run the notebook's story rests on: its label in ``runs``, or the run itself (a
+            :class:`~cookbook.launch.RunResult`, found among ``runs`` or kept under the label ``central``).
+        expected: how the central run is expected to end (``ok``, or ``gpu_oom`` where the story is the
+            out-of-memory; the notebook's ``EXPECTED_OUTCOME``). ``cookbook run-all`` marks the notebook
+            ``unexpected`` when the central run's status differs or no central run is given
+            (:func:`cookbook.runall.central_outcome`). Kept as ``central``: ``run``, ``status``,
+            ``expected``, ``message``, ``as_expected``.
         **fields: the notebook's own values, made JSON-ready (DataFrames become records, objects with
             ``to_dict()`` dicts, NaN null).
 
@@ -86,8 +95,24 @@ def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", tar
         "recorded": _dt.datetime.now().isoformat(timespec="seconds"),
         "headline": [str(s) for s in headline if s], "figures": [], "tables": {}, "runs": {},
     }
-    for label, result in (runs or {}).items():
-        data["runs"][str(label)] = run_record(result)
+    runs = dict(runs or {})
+    label = None
+    if isinstance(central, str):
+        label = central
+    elif central is not None:
+        label = next((k for k, v in runs.items() if v is central), None)
+        if label is None:
+            label = "central"
+            runs[label] = central
+    for name, result in runs.items():
+        data["runs"][str(name)] = run_record(result)
+    if label is not None or expected is not None:
+        rec = data["runs"].get(str(label)) if label is not None else None
+        status = rec.get("status") if rec else None
+        message = rec.get("message") if rec else (
+            f"no run labelled {label!r} among {sorted(data['runs'])}" if label is not None else "no central run given")
+        data["central"] = {"run": label if rec else None, "status": status, "expected": expected, "message": message,
+                           "as_expected": bool(rec) and (expected is None or status == expected)}
     for name, frame in (tables or {}).items():
         if frame is not None:
             data["tables"][str(name)] = _jsonable(frame.to_frame() if hasattr(frame, "to_frame") else frame)

@@ -1,29 +1,35 @@
 """``cookbook run-all``: execute every notebook with papermill, in order, and write a report.
 
-    cookbook run-all [--output-dir DIR] [--only 03 ...] [-p NAME VALUE ...]
+    cookbook run-all [--output-dir DIR] [--only 03 ...] [--params FILE] [-p NAME VALUE ...] [--verbose]
 
 For each notebook ``notebooks/NN_*.ipynb`` (in order; ``--only`` picks some by number or name) it
 
-1. injects ``OUTPUT_DIR = DIR/NN_name`` and the ``-p`` values the notebook declares in its
-   ``parameters`` cell (``-p MODEL qwen-14b`` goes to every notebook that has ``MODEL``;
-   ``-p 06:MODEL llama-7b`` to notebook 06 only). Values are read like papermill's own ``-p``:
-   ``None``, ``True``/``False``, integers, floats, else strings;
-2. executes it with papermill (its own progress bar of cells under an overall bar of notebooks),
-   with the working directory set to the notebook's output folder, and saves the executed copy as
-   ``DIR/NN_name.ipynb`` — also when a cell fails (papermill writes it, with the traceback, before
-   raising);
-3. writes ``DIR/report.html`` (every notebook's headline numbers, tables and figures, and the ZeRO
-   variants side by side; :func:`cookbook.report.write_html_report`) and ``DIR/run-all.json``.
+1. injects ``OUTPUT_DIR = DIR/NN_name``, the values of a parameter file (``--params FILE``: a
+   ``shared:`` section for every notebook that declares the key, and a section per notebook,
+   :func:`load_params_file`) and the ``-p`` values, which win over the file (``-p MODEL qwen-14b``
+   goes to every notebook that has ``MODEL``; ``-p 06:MODEL llama-7b`` to notebook 06 only). ``-p``
+   values are read like papermill's own ``-p``: ``None``, ``True``/``False``, integers, floats, else
+   strings;
+2. executes it with papermill, with the working directory set to the notebook's output folder, and
+   saves the executed copy as ``DIR/NN_name.ipynb`` — also when a cell fails (papermill writes it,
+   with the traceback, before raising). The console gets one line a notebook; ``--verbose`` adds
+   papermill's bars of cells and the kernel's log messages;
+3. checks the notebook's central run: a notebook records, with ``results.record(..., central=LABEL,
+   expected=EXPECTED_OUTCOME)``, which run the story rests on and how it is expected to end (``ok``,
+   or ``gpu_oom`` where the story is the out-of-memory). A central run that ended otherwise (refused,
+   config_error, failed, hung, another status) or none recorded marks the notebook ``unexpected``
+   (:func:`central_outcome`);
+4. writes ``DIR/report.html`` (the answers for the two targets first, then every notebook's
+   evidence; :func:`cookbook.report.write_html_report`) and ``DIR/run-all.json``.
 
-On a GPU box the same notebooks run the real sizes, e.g. on 8 H200s acting as 8 × RTX 4090::
+On a GPU box the same notebooks run the real sizes with a parameter file (notebooks/params/)::
 
-    cookbook run-all --output-dir runs/gpu -p MODEL qwen-14b -p NUM_GPUS 8 -p SEQ_LEN 512 \
-        -p MICRO_BATCH 1 -p GRAD_ACCUM 16 -p EMULATE_GPU_MEMORY_GIB 24 -p LR 1e-5 -p MAX_STEPS 20 \
-        -p 06:MODEL llama-7b -p 06:NUM_GPUS 1 -p 06:SEQ_LEN 1024 -p 06:MICRO_BATCH 2 -p 06:GRAD_ACCUM 8
+    cookbook run-all --params notebooks/params/gpu-1x24gib.yaml --output-dir runs/gpu
 
-Exit code 0 when every notebook ran; 1 when one failed (the message names the notebook and the
-cell); 2 for bad arguments. The notebooks are independent (each writes only under its own folder),
-so a failure does not stop the others unless ``--stop-on-failure``.
+Exit code 0 when every notebook ran and every central run ended as expected; 1 otherwise (the message
+names the notebook, the cell or the run and its message); 2 for bad arguments. The notebooks are
+independent (each writes only under its own folder), so a failure does not stop the others unless
+``--stop-on-failure``.
 """
 from __future__ import annotations
 
@@ -32,7 +38,9 @@ import datetime as _dt
 import json
 import os
 import sys
+import logging
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,10 +63,14 @@ class NotebookRun:
         name: notebook name without ``.ipynb`` (``03_zero3``).
         source: the notebook executed. executed: the executed copy (outputs, tracebacks).
         output_dir: the notebook's output folder (``results.json``, ``figures/``, runs).
-        status: ``ok`` or ``failed``. duration_s: wall time in seconds.
+        status: ``ok``, ``failed`` (a cell raised, the kernel died) or ``unexpected`` (every cell ran
+            but the central run did not end as the notebook expected, or none was recorded).
+        duration_s: wall time in seconds.
         parameters: the values injected. error: for a failure, ``cell`` (index in the executed
             copy), ``exec_count`` (the ``In [N]`` number), ``ename``, ``evalue``, ``source`` (the
-            cell's first lines).
+            cell's first lines); for ``unexpected``, ``run``, ``expected``, ``status`` and ``message``
+            of the central run too (``cell`` None).
+        central: the central run as recorded (:func:`central_outcome`), or None.
     """
 
     name: str
@@ -69,6 +81,7 @@ class NotebookRun:
     duration_s: float
     parameters: dict = field(default_factory=dict)
     error: dict | None = None
+    central: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -89,13 +102,61 @@ class RunAllResult:
 
     def to_frame(self):
         import pandas as pd
-        return pd.DataFrame([{"notebook": r.name, "status": r.status, "duration s": round(r.duration_s, 1),
-                              "executed": r.executed,
-                              "error": (f"cell {r.error['cell']}: {r.error['ename']}: {r.error['evalue']}"
-                                        if r.error else "")} for r in self.runs])
+        return pd.DataFrame([{"notebook": r.name, "status": r.status, "central run": _central_cell(r.central),
+                              "duration s": round(r.duration_s, 1), "executed": r.executed,
+                              "error": _error_line(r.error)} for r in self.runs])
 
     def _repr_html_(self) -> str:
         return self.to_frame().to_html(index=False)
+
+
+def _central_cell(central: dict | None) -> str:
+    """The central run in one table cell: ``label: status (expected X)``."""
+    if not central:
+        return ""
+    mark = "" if central.get("as_expected") else " — NOT AS EXPECTED"
+    return f"{central.get('run')}: {central.get('status')} (expected {central.get('expected')}){mark}"
+
+
+def _error_line(error: dict | None) -> str:
+    if not error:
+        return ""
+    if error.get("cell") is None and "expected" in error:
+        return f"central run {error.get('run')!r}: {error.get('evalue')}"
+    return f"cell {error['cell']}: {error['ename']}: {error['evalue']}"
+
+
+def central_outcome(results: dict | None, declares_expected: bool | str) -> tuple[dict | None, dict | None]:
+    """Did the notebook's central run end as the notebook expected?
+
+    Args:
+        results: the notebook's ``results.json`` (None when it wrote none).
+        declares_expected: the notebook has an ``EXPECTED_OUTCOME`` parameter (its value when a string).
+
+    Returns:
+        ``(central, error)``: ``central`` as recorded (``run``, ``status``, ``expected``, ``message``,
+        ``as_expected``) or None; ``error`` None when it ended as expected (or the notebook declares
+        no expectation), else ``{"cell": None, "ename": "UnexpectedOutcome", "evalue", "run",
+        "status", "expected", "message"}``.
+    """
+    central = (results or {}).get("central")
+    expected = (central or {}).get("expected")
+    if expected is None and isinstance(declares_expected, str):
+        expected = declares_expected
+    if expected is None and not declares_expected:
+        return central, None
+    if not central or central.get("run") is None:
+        why = ("the notebook wrote no results.json" if results is None else
+               "results.record(...) names no central run (central=LABEL, expected=EXPECTED_OUTCOME)")
+        return central, {"cell": None, "exec_count": None, "ename": "UnexpectedOutcome", "run": None,
+                         "status": None, "expected": expected, "message": why,
+                         "evalue": f"no central run recorded: {why}"}
+    if central.get("status") == expected:
+        return central, None
+    msg = central.get("message") or ""
+    return central, {"cell": None, "exec_count": None, "ename": "UnexpectedOutcome", "run": central.get("run"),
+                     "status": central.get("status"), "expected": expected, "message": msg,
+                     "evalue": f"ended {central.get('status')}, expected {expected}: {msg}"}
 
 
 def list_notebooks(notebooks_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -193,6 +254,111 @@ def parameters_for(notebooks: list[Path], pairs: list[tuple[str, str]]) -> dict[
     return out
 
 
+#: The section of a parameter file that goes to every notebook declaring the key.
+SHARED_SECTION = "shared"
+
+
+def load_params_file(path: str | os.PathLike, notebooks: list[Path]) -> dict[str, dict]:
+    """Read a parameter file (YAML) and route its values to the notebooks.
+
+    Layout (``notebooks/params/*.yaml``; notebooks/README.md)::
+
+        shared:                    # every notebook that declares the key gets it
+          EMULATE_GPU_MEMORY_GIB: 24
+          LR: 1.0e-5
+        02_zero2:                  # one notebook (its name, or its number "02"): wins over shared
+          MODEL: qwen2-14b-share8
+          EXPECTED_OUTCOME: gpu_oom
+
+    Args:
+        path: the YAML file.
+        notebooks: every notebook the file may name (its keys are checked against their ``parameters``
+            cells, also for notebooks not selected with ``--only``).
+
+    Returns:
+        notebook stem -> {name: value} (shared values, then the notebook's own section over them).
+
+    Raises:
+        RunAllError: an unreadable file, a section that names no notebook, a key no notebook (or not the
+            named notebook) declares, or ``OUTPUT_DIR``; the message names the file, the notebook, the key
+            and the parameters the notebook has.
+    """
+    import yaml
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise RunAllError(f"--params {p}: no such file; the shipped ones are in notebooks/params/") from None
+    except yaml.YAMLError as exc:
+        raise RunAllError(f"--params {p}: not valid YAML ({exc})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RunAllError(f"--params {p}: expected a mapping of sections (shared:, 02_zero2:, ...), got "
+                          f"{type(data).__name__}")
+    declared = {nb.stem: declared_parameters(nb) for nb in notebooks}
+    by_key = {}
+    for stem in declared:
+        by_key[stem] = stem
+        by_key.setdefault(stem.split("_")[0], stem)
+    out: dict[str, dict] = {stem: {} for stem in declared}
+    shared = data.get(SHARED_SECTION) or {}
+    if not isinstance(shared, dict):
+        raise RunAllError(f"--params {p}: section {SHARED_SECTION!r} must map parameter names to values")
+    for name, value in shared.items():
+        if name == "OUTPUT_DIR":
+            raise RunAllError(f"--params {p}: {SHARED_SECTION}: OUTPUT_DIR is set by run-all (--output-dir)")
+        hit = [stem for stem, names in declared.items() if name in names]
+        if not hit:
+            known = sorted({n for names in declared.values() for n in names})
+            raise RunAllError(f"--params {p}: {SHARED_SECTION}: no notebook has a parameter {name!r}; "
+                              f"parameters: {', '.join(known)}")
+        for stem in hit:
+            out[stem][name] = value
+    for section, values in data.items():
+        if section == SHARED_SECTION:
+            continue
+        key = str(section).removesuffix(".ipynb")
+        key = f"{int(key):02d}" if key.isdigit() else key
+        stem = by_key.get(key)
+        if stem is None:
+            raise RunAllError(f"--params {p}: section {section!r} names no notebook; sections are "
+                              f"{SHARED_SECTION!r} or a notebook: {', '.join(declared)}")
+        if not isinstance(values, dict):
+            raise RunAllError(f"--params {p}: section {section!r} must map parameter names to values")
+        for name, value in values.items():
+            if name == "OUTPUT_DIR":
+                raise RunAllError(f"--params {p}: {stem}: OUTPUT_DIR is set by run-all (--output-dir)")
+            if name not in declared[stem]:
+                raise RunAllError(f"--params {p}: notebook {stem} has no parameter {name!r}; its parameters: "
+                                  f"{', '.join(n for n in declared[stem] if n != 'OUTPUT_DIR')}")
+            out[stem][name] = value
+    return out
+
+
+def _quiet_kernel_logs() -> None:
+    """One line a notebook: no kernel transport warnings, no papermill/nbclient log chatter."""
+    for name in ("papermill", "nbclient", "traitlets", "jupyter_client", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"(jupyter_client|zmq|nbclient|papermill)(\..*)?")
+    warnings.filterwarnings("ignore", message=r".*(Proactor|event loop|transport).*")
+
+
+def _expected_default(path: Path) -> bool | str:
+    """The default of a notebook's ``EXPECTED_OUTCOME`` parameter (a string), True when it is not a plain
+    string literal, False when the notebook has none."""
+    import ast
+    import papermill as pm
+    info = pm.inspect_notebook(str(path)).get("EXPECTED_OUTCOME")
+    if info is None:
+        return False
+    try:
+        value = ast.literal_eval(str(info.get("default")))
+    except (ValueError, SyntaxError):
+        return True
+    return value if isinstance(value, str) else True
+
+
 def _kernel_env() -> None:
     """Make the default ``python3`` kernel (``argv: ["python", ...]``) start this interpreter: put its
     folder first on PATH (the kernel process inherits the environment)."""
@@ -228,16 +394,21 @@ def _error_info(exc, executed: Path) -> dict:
 def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[str] | None = None,
             parameters: list[tuple[str, str]] | None = None, notebooks_dir: str | os.PathLike | None = None,
             kernel_name: str = "python3", progress: bool = True, stop_on_failure: bool = False,
-            cell_timeout_s: int | None = None, report: bool = True) -> RunAllResult:
+            cell_timeout_s: int | None = None, report: bool = True, params_file: str | os.PathLike | None = None,
+            echo=None) -> RunAllResult:
     """Execute the notebooks with papermill, in order, and write the report.
 
     Args:
         output_dir: folder for the executed notebooks, their output folders and ``report.html``.
         only: notebook numbers or names to run (default: all).
-        parameters: ``(NAME, VALUE)`` pairs as given to ``-p`` (see :func:`parameters_for`).
+        parameters: ``(NAME, VALUE)`` pairs as given to ``-p`` (see :func:`parameters_for`); they win
+            over ``params_file``.
+        params_file: a YAML parameter file (:func:`load_params_file`).
         notebooks_dir: where the notebooks are (default: the repository's ``notebooks/``).
         kernel_name: Jupyter kernel to execute with.
-        progress: overall tqdm bar over notebooks plus papermill's bar over cells.
+        progress: overall tqdm bar over notebooks plus papermill's bar over cells and the kernel's log
+            messages (False: quiet).
+        echo: called with one line per notebook as it finishes (None: nothing printed).
         stop_on_failure: do not run the notebooks after a failed one.
         cell_timeout_s: papermill's per-cell execution timeout (None: no limit).
         report: write ``report.html``.
@@ -246,7 +417,7 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
         :class:`RunAllResult`.
 
     Raises:
-        RunAllError: unknown notebook or parameter (before anything runs).
+        RunAllError: unknown notebook, parameter or parameter-file key (before anything runs).
     """
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -254,10 +425,16 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
     out = Path(output_dir).resolve()
     if out.exists() and not out.is_dir():
         raise RunAllError(f"--output-dir={out}: is a file; give a folder (it will be created)")
-    notebooks = select(list_notebooks(notebooks_dir), only)
-    per_notebook = parameters_for(notebooks, list(parameters or []))
+    every = list_notebooks(notebooks_dir)
+    notebooks = select(every, only)
+    from_file = load_params_file(params_file, every) if params_file else {}
+    from_cli = parameters_for(notebooks, list(parameters or []))
+    per_notebook = {nb.stem: {**from_file.get(nb.stem, {}), **from_cli[nb.stem]} for nb in notebooks}
+    declares_expected = {nb.stem: _expected_default(nb) for nb in notebooks}
     out.mkdir(parents=True, exist_ok=True)
     _kernel_env()
+    if not progress:
+        _quiet_kernel_logs()
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -268,6 +445,7 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
             name = nb.stem
             nb_out = out / name
             nb_out.mkdir(parents=True, exist_ok=True)
+            (nb_out / "results.json").unlink(missing_ok=True)  # an earlier run's results never stand in for this one
             executed = out / nb.name
             params = {"OUTPUT_DIR": str(nb_out), **per_notebook[name]}
             if bar is not None:
@@ -275,22 +453,28 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
             t0 = time.time()
             error = None
             try:
+                quiet = {} if progress else {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"]}
                 pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=kernel_name,
                                     progress_bar=progress, cwd=str(nb_out), execution_timeout=cell_timeout_s,
-                                    log_output=False)
+                                    log_output=False, **quiet)
                 status = "ok"
             except PapermillExecutionError as exc:
                 status, error = "failed", _error_info(exc, executed)
             except Exception as exc:  # noqa: BLE001 - kernel died, timeout, ...: still a named failure
                 status, error = "failed", _error_info(exc, executed)
             dt = time.time() - t0
+            from .results import load_results
+            central, unexpected = central_outcome(load_results(nb_out),
+                                                  params.get("EXPECTED_OUTCOME", declares_expected[name]))
+            if status == "ok" and unexpected:
+                status, error = "unexpected", unexpected
             run = NotebookRun(name=name, source=str(nb), executed=str(executed), output_dir=str(nb_out),
-                              status=status, duration_s=dt, parameters=params, error=error)
+                              status=status, duration_s=dt, parameters=params, error=error, central=central)
             runs.append(run)
-            if error:
-                msg = (f"notebook {nb.name} failed in cell {error['cell']} (In [{error['exec_count']}]): "
-                       f"{error['ename']}: {error['evalue']}\n  executed copy with the traceback: {executed}")
-                (bar.write if bar is not None else print)(msg)
+            if echo is not None:
+                (bar.write if bar is not None else echo)(console_line(run))
+            elif error and bar is not None:
+                bar.write(console_line(run))
             if bar is not None:
                 bar.update(1)
             if error and stop_on_failure:
@@ -304,57 +488,79 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
         report_path = str(write_html_report(out, [asdict(r) for r in runs]))
     summary = {"written": _dt.datetime.now().isoformat(timespec="seconds"), "output_dir": str(out),
                "ok": all(r.status == "ok" for r in runs), "report": report_path,
+               "params_file": str(params_file) if params_file else None,
                "notebooks": [asdict(r) for r in runs]}
     (out / "run-all.json").write_text(json.dumps(summary, indent=1, default=str))
     return RunAllResult(output_dir=str(out), runs=tuple(runs), report=report_path)
 
 
+def console_line(run: NotebookRun) -> str:
+    """One line a notebook (two with its failure): status, name, time, the central run, the executed copy."""
+    central = f"  [{_central_cell(run.central)}]" if run.central else ""
+    line = f"{run.status:>10}  {run.name:<22} {run.duration_s:7.1f} s{central}  {run.executed}"
+    err = run.error
+    if err and err.get("cell") is not None:
+        line += f"\n            failed in cell {err['cell']} (In [{err['exec_count']}]): {err['ename']}: {err['evalue']}"
+    elif err:
+        line += f"\n            central run {err.get('run')!r} {err.get('evalue')}"
+    return line
+
+
+def _failure_name(r: NotebookRun) -> str:
+    err = r.error or {}
+    if r.status == "unexpected":
+        return (f"{r.name} (central run {err.get('run')!r} ended {err.get('status')}, expected {err.get('expected')}: "
+                f"{err.get('message')})")
+    return f"{r.name} (cell {err.get('cell', '?')})"
+
+
 def _cli(args) -> int:
+    verbose = bool(getattr(args, "verbose", False)) and not args.no_progress
     try:
         result = run_all(args.output_dir, only=args.only, parameters=[tuple(p) for p in (args.parameter or [])],
-                         notebooks_dir=args.notebooks_dir, kernel_name=args.kernel, progress=not args.no_progress,
-                         stop_on_failure=args.stop_on_failure, cell_timeout_s=args.cell_timeout)
+                         notebooks_dir=args.notebooks_dir, kernel_name=args.kernel, progress=verbose,
+                         stop_on_failure=args.stop_on_failure, cell_timeout_s=args.cell_timeout,
+                         params_file=args.params, echo=print)
     except RunAllError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for r in result.runs:
-        line = f"{r.status:>6}  {r.name:<22} {r.duration_s:7.1f} s  {r.executed}"
-        if r.error:
-            line += f"\n        failed in cell {r.error['cell']} (In [{r.error['exec_count']}]): {r.error['ename']}: {r.error['evalue']}"
-        print(line)
     if result.report:
         print(f"report: {result.report}")
     if not result.ok:
-        names = ", ".join(f"{r.name} (cell {r.error['cell'] if r.error else '?'})" for r in result.failed)
-        print(f"error: {len(result.failed)} notebook(s) failed: {names}; the executed copies keep the tracebacks",
-              file=sys.stderr)
+        names = "; ".join(_failure_name(r) for r in result.failed)
+        print(f"error: {len(result.failed)} notebook(s) did not end as expected: {names}; the executed copies keep "
+              "the tracebacks and the runs' messages", file=sys.stderr)
         return 1
     return 0
 
 
 def register(subparsers) -> None:
-    """Add ``cookbook run-all [--output-dir DIR] [--only 03 ...] [-p NAME VALUE ...]``."""
+    """Add ``cookbook run-all [--output-dir DIR] [--only 03 ...] [--params FILE] [-p NAME VALUE ...] [--verbose]``."""
     p = subparsers.add_parser(
         "run-all", help="execute every notebook (papermill) and write a report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="GPU box example (8 GPUs capped at 24 GiB as RTX 4090s):\n"
-               "  cookbook run-all --output-dir runs/gpu -p MODEL qwen-14b -p NUM_GPUS 8 -p SEQ_LEN 512 -p MICRO_BATCH 1 \\\n"
-               "    -p GRAD_ACCUM 16 -p EMULATE_GPU_MEMORY_GIB 24 -p LR 1e-5 -p MAX_STEPS 20 \\\n"
-               "    -p 06:MODEL llama-7b -p 06:NUM_GPUS 1 -p 06:SEQ_LEN 1024 -p 06:MICRO_BATCH 2 -p 06:GRAD_ACCUM 8",
+        epilog="GPU box example (one H200 capped at 24 GiB as an RTX 4090):\n"
+               "  cookbook run-all --params notebooks/params/gpu-1x24gib.yaml --output-dir runs/gpu\n"
+               "8 GPUs: notebooks/params/gpu-8x24gib.yaml (2 and 4: gpu-2x24gib.yaml, gpu-4x24gib.yaml).",
         description="Execute the cookbook's notebooks in order with papermill, save each executed copy, and write "
                     "report.html (figures and the ZeRO variants compared: memory, throughput, loss). Without a GPU "
                     "the notebooks run their CPU rehearsal; -p selects real sizes on GPUs.")
     p.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"output folder (default {DEFAULT_OUTPUT_DIR})")
     p.add_argument("--only", nargs="+", default=None, metavar="NB", help="run only these notebooks (03, 03_zero3, ...)")
+    p.add_argument("--params", default=None, metavar="FILE",
+                   help="YAML parameter file: a 'shared:' section and a section per notebook (notebooks/params/)")
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="set a notebook parameter (every notebook that declares it; 06:NAME for notebook 06 only)")
+                   help="set a notebook parameter (every notebook that declares it; 06:NAME for notebook 06 only); "
+                        "wins over --params")
     p.add_argument("--notebooks-dir", default=None, help="folder of the notebooks (default: the cookbook's notebooks/)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds one cell may run (default: no limit)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop at the first failed notebook")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--verbose", action="store_true",
+                   help="papermill's progress bars of cells and the kernel's log messages (default: one line a notebook)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (the default; kept for scripts)")
     p.set_defaults(func=_cli)
 
 
-__all__ = ["DEFAULT_OUTPUT_DIR", "NOTEBOOKS_DIR", "NotebookRun", "RunAllError", "RunAllResult", "declared_parameters",
-           "list_notebooks", "parameters_for", "parse_value", "register", "run_all", "select"]
+__all__ = ["DEFAULT_OUTPUT_DIR", "NOTEBOOKS_DIR", "SHARED_SECTION", "NotebookRun", "RunAllError", "RunAllResult",
+           "central_outcome", "console_line", "declared_parameters", "list_notebooks", "load_params_file", "parameters_for", "parse_value", "register", "run_all", "select"]

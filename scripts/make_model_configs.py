@@ -7,6 +7,14 @@ Sources of the numbers:
     architecture at the same sizes: 14,167,290,880 parameters, as Qwen's own module tree gives.
   * llama-7b: huggyllama/llama-7b config.json (LLaMA-1 7B): 6,738,415,616 parameters.
   * qwen2.5-7b, qwen2.5-14b: Qwen/Qwen2.5-7B and Qwen/Qwen2.5-14B config.json.
+  * qwen2-14b-share8 (and share4, share2 for 2 and 4 ranks): one rank's share of Qwen-14B on 8 ranks under ZeRO-3 (with or without offload):
+    a Qwen2-architecture model with 1/8 of Qwen-14B's parameters (1,770,747,904 = 14,167,290,880 / 8
+    within 0.01 %; the real vocabulary 152064, hidden 2048, 22 layers, 16 heads of 128, MLP 5760), so
+    its model states (16-bit parameters and gradients, fp32 master weights, Adam moments) on ONE rank
+    equal Qwen-14B's per-rank model states on 8 ranks: ZeRO-3 partitions all of them 1/8 per rank
+    (Rajbhandari et al. 2020, ZeRO, section 5). The gathered-layer buffer is the share's own (smaller)
+    layer; activations are one micro batch through 22 layers, not 40. tests/test_memory.py checks the
+    equality with cookbook.memory's estimator.
   * tiny-qwen2, tiny-llama: the same architectures shrunk for tests, with the vocabulary of the
     tokenizer shipped in data/tokenizer.
 Run: python scripts/make_model_configs.py
@@ -43,6 +51,25 @@ CONFIGS = {
                      max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=10000.0,
                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0),
 }
+
+def share(k: int, hidden: int, mlp: int, layers: int) -> dict:
+    """Qwen-14B's share on k-fold fewer ranks: a Qwen2-architecture model with 1/k of its parameters (the
+    real vocabulary and head size 128), so that on 8/k ranks each rank holds the model states one of 8
+    Qwen-14B ranks holds under ZeRO-3 (16 bytes per parameter, partitioned evenly)."""
+    return dict(QWEN2, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
+                num_attention_heads=hidden // 128, num_key_value_heads=hidden // 128, vocab_size=152064,
+                max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                bos_token_id=151643, eos_token_id=151643,
+                _cookbook_note=(f"1/{k} of Qwen-14B's parameters in the Qwen2 architecture (random weights, not a "
+                                f"pretrained model): on {8 // k} rank(s) under ZeRO-3 each rank holds the model "
+                                "states one of Qwen-14B's 8 ranks holds."))
+
+
+#: Shapes found by a search over hidden (multiples of 128), MLP and layers for 1/k of 14,167,290,880:
+#: share8 1,770,747,904 (-0.009 %), share4 3,541,855,744 (+0.001 %), share2 7,084,442,880 (+0.011 %).
+CONFIGS.update({"qwen2-14b-share8": share(8, 2048, 5760, 22), "qwen2-14b-share4": share(4, 3584, 9472, 16),
+                "qwen2-14b-share2": share(2, 3840, 9984, 34)})
+
 
 def tiny(vocab_size: int, bos: int, eos: int, pad: int) -> dict:
     common = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,

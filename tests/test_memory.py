@@ -500,3 +500,38 @@ def test_cpu_run_host_rss_against_estimate(tmp_path):
     plan = Plan(model="tiny-qwen2", num_gpus=2, micro_batch=2, seq_len=512, zero_stage=2)
     table = compare(estimate(plan, device="cpu"), {"host_peak_gib": measured}).set_index("quantity")
     assert abs(table.loc["host RSS (peak)", "error %"]) <= 100 * CPU_REHEARSAL_HOST_TOLERANCE, table
+
+
+def test_share_model_holds_qwen14b_per_rank_states_on_8_ranks():
+    """qwen2-14b-share8 on ONE rank holds the model states one of Qwen-14B's 8 ranks holds under ZeRO-3
+    (with and without offload), within 0.05 %: 1/8 of the parameters, 18 bytes each with bf16 (16-bit
+    parameters 2, fp32 master 4, Adam 8, fp32 gradient partition 4)."""
+    from cookbook.models import model_spec
+    n_share, n_target = model_spec("qwen2-14b-share8").num_params, model_spec("qwen-14b").num_params
+    assert n_share == 1_770_747_904 and abs(n_share * 8 / n_target - 1) < 1e-4
+    for opt, par in (("none", "none"), ("cpu", "none"), ("cpu", "cpu")):
+        r = memory.share_ratio(offload_optimizer=opt, offload_param=par)
+        assert r["target_gib"] == pytest.approx(18 * n_target / 8 / 2**30, rel=1e-6)
+        assert r["share_gib"] == pytest.approx(18 * n_share / 2**30, rel=1e-6)
+        assert abs(r["ratio"] - 1) < 5e-4
+    for model, ranks in (("qwen2-14b-share4", 2), ("qwen2-14b-share2", 4)):
+        assert abs(memory.share_ratio(model, share_ranks=ranks)["ratio"] - 1) < 5e-4
+
+
+def test_choose_offload_run_follows_host_ram_and_nvme():
+    plan = Plan(model="llama-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=64, seq_len=1024, micro_batch=2,
+                grad_accum=8, precision="bf16", zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    f32 = memory.estimate(plan).host_gib["total"]
+    b16 = memory.estimate(plan, bf16_states=True).host_gib["total"]
+    assert b16 < f32
+    pick = lambda host, **kw: memory.choose_offload_run(plan.replace(host_memory_gib=host), **kw)
+    assert pick(f32 + 1, nvme_ok=False, nvme_free_gib=0).kind == "fp32 states"
+    c = pick((f32 + b16) / 2, nvme_ok=False, nvme_free_gib=0)
+    assert c.kind == "bf16 states" and c.bf16_states and c.plan.offload_param == "cpu"
+    c = pick(b16 - 1, nvme_ok=True, nvme_free_gib=None)
+    assert c.kind == "NVMe offload" and c.plan.offload_optimizer == "nvme"
+    c = pick(b16 - 1, nvme_ok=False, nvme_free_gib=None)
+    assert c.plan is None and "async_io" in c.reason
+    assert [a.split(":")[0].split(" instead")[0] for a in c.alternatives] == ["more host RAM", "NVMe offload", "LoRA"]
+    c = pick(b16 - 1, nvme_ok=True, nvme_free_gib=1.0)
+    assert c.plan is None and "on the SSD" in c.reason

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from cookbook import answers as answers_mod
 from cookbook import articles, checkpoint, figures, hardware, memory, reference, report, results, runall, tables
 from cookbook.models import model_spec
 from cookbook.plan import Plan
@@ -322,3 +323,162 @@ def test_same_math_compares_runs_that_differ_only_in_zero_variant():
     assert sentence.startswith("a, b (tiny-qwen2, 2 ranks, 3 steps)")
     assert "at most 0.25 at any step" in sentence  # |6.0 - 6.25|
     assert "within 0.117" in sentence  # last-5 means (here all 3 steps): 6.0 and 6.1167
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter files, central-run outcomes, the answers
+
+PARAMS_DIR = ROOT / "notebooks" / "params"
+
+
+@pytest.mark.parametrize("name", ["gpu-1x24gib.yaml", "gpu-2x24gib.yaml", "gpu-4x24gib.yaml", "gpu-8x24gib.yaml"])
+def test_params_files_load_and_name_real_parameters(name):
+    import yaml
+    nbs = runall.list_notebooks()
+    routed = runall.load_params_file(PARAMS_DIR / name, nbs)  # raises on any key a notebook does not declare
+    raw = yaml.safe_load((PARAMS_DIR / name).read_text())
+    for section, values in raw.items():
+        if section == "shared":
+            continue
+        declared = runall.declared_parameters(next(p for p in nbs if p.stem == section))
+        assert set(values) <= set(declared), (section, set(values) - set(declared))
+    world = int(name.split("-")[1].split("x")[0])
+    for stem, values in routed.items():
+        if "EMULATE_GPU_MEMORY_GIB" in runall.declared_parameters(next(p for p in nbs if p.stem == stem)):
+            assert values["EMULATE_GPU_MEMORY_GIB"] == 24 and values["RANDOM_WEIGHTS"] is True
+            assert values["LR"] == 1e-5 and values["MAX_STEPS"] <= 5
+    # the stories: ZeRO-2 and ZeRO-3 without offload run out of memory on 24 GiB; offload and the recipes run
+    assert [routed[s]["EXPECTED_OUTCOME"] for s in ("01_oom_reproduction", "02_zero2", "03_zero3",
+                                                    "04_zero3_offload", "05_final_8x4090", "06_final_1x4090")] == \
+        ["gpu_oom", "gpu_oom", "gpu_oom", "ok", "ok", "ok"]
+    assert routed["01_oom_reproduction"]["MODEL"] == "qwen-14b"
+    assert routed["06_final_1x4090"]["MODEL"] == "llama-7b" and routed["06_final_1x4090"]["NUM_GPUS"] == 1
+    share = {1: "qwen2-14b-share8", 2: "qwen2-14b-share4", 4: "qwen2-14b-share2", 8: "qwen-14b"}[world]
+    for stem in ("02_zero2", "03_zero3", "04_zero3_offload", "05_final_8x4090"):
+        assert routed[stem]["MODEL"] == share and routed[stem]["NUM_GPUS"] == world
+        # every rank holds Qwen-14B's per-rank model states on 8 ranks (ZeRO-3 with bf16: 16-bit parameters 2,
+        # fp32 master weights 4, Adam moments 8, DeepSpeed's fp32 gradient partition 4 bytes a parameter), within 0.1 %
+        plan = Plan(model=share, num_gpus=world, gpu_memory_gib=24, seq_len=512, micro_batch=1, grad_accum=1,
+                    precision="bf16", zero_stage=3)
+        assert memory.rank_model_states_gib(plan) == pytest.approx(18 * 14_167_290_880 / 8 / GIB, rel=1e-3)
+
+
+def test_params_file_errors_name_notebook_key_and_parameters(tmp_path):
+    nbs = runall.list_notebooks()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shared:\n  LR: 1.0e-5\n02_zero2:\n  MODLE: qwen-14b\n")
+    with pytest.raises(runall.RunAllError, match=r"notebook 02_zero2 has no parameter 'MODLE'; its parameters: "
+                                                 r"TARGET_MODEL, .*MODEL"):
+        runall.load_params_file(bad, nbs)
+    bad.write_text("shared:\n  NOPE: 1\n")
+    with pytest.raises(runall.RunAllError, match="shared: no notebook has a parameter 'NOPE'"):
+        runall.load_params_file(bad, nbs)
+    bad.write_text("99_missing:\n  MODEL: x\n")
+    with pytest.raises(runall.RunAllError, match="section '99_missing' names no notebook"):
+        runall.load_params_file(bad, nbs)
+    # -p wins over the file, the notebook's section over shared
+    good = tmp_path / "good.yaml"
+    good.write_text("shared:\n  MAX_STEPS: 3\n  MODEL: qwen-14b\n06:\n  MODEL: llama-7b\n")
+    routed = runall.load_params_file(good, nbs)
+    assert routed["06_final_1x4090"]["MODEL"] == "llama-7b" and routed["02_zero2"]["MODEL"] == "qwen-14b"
+    assert "MAX_STEPS" not in routed["00_environment"]
+
+
+def test_run_all_marks_a_refused_central_run_and_exits_nonzero(tmp_path):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    _notebook(nbdir / "00_refused.ipynb", [
+        ("md", "# 00 · refused"),
+        ("code", "from pathlib import Path\nfrom cookbook import results\nfrom cookbook.launch import launch\n"
+                 "from cookbook.plan import Plan"),
+        ("params", 'OUTPUT_DIR: str = "runs/00_refused"  # output\nHOST_MEMORY_GIB: float = 64.0  # host RAM\n'
+                   'EXPECTED_OUTCOME: str = "ok"  # how the central run should end'),
+        ("code", 'plan = Plan(model="tiny-qwen2", num_gpus=1, gpu_memory_gib=24.0, host_memory_gib=HOST_MEMORY_GIB,\n'
+                 '            seq_len=32, micro_batch=1, grad_accum=1, precision="bf16", zero_stage=3,\n'
+                 '            offload_optimizer="cpu", offload_param="cpu")\n'
+                 'result = launch(plan, Path(OUTPUT_DIR) / "run", max_steps=1, lr=1e-3, dry_run=HOST_MEMORY_GIB > 1)'),
+        ("code", 'results.record(OUTPUT_DIR, "00_refused", runs={"tiny": result}, central=result,\n'
+                 '               expected=EXPECTED_OUTCOME if HOST_MEMORY_GIB < 1 else result.status)'),
+    ])
+    _notebook(nbdir / "01_nocentral.ipynb", [
+        ("md", "# 01 · no central run"),
+        ("code", "from cookbook import results"),
+        ("params", 'OUTPUT_DIR: str = "runs/01_nocentral"  # output\nEXPECTED_OUTCOME: str = "ok"  # expected'),
+        ("code", 'results.record(OUTPUT_DIR, "01_nocentral", headline=["nothing ran"])'),
+    ])
+    out = tmp_path / "out"
+    params = tmp_path / "p.yaml"
+    params.write_text("00_refused:\n  HOST_MEMORY_GIB: 0.001\n")  # the guard refuses: the states need more
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(out), "--params", str(params)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # the guard's refusal is a config_error: the estimate says it does not fit, nothing was launched
+    assert ("00_refused (central run 'tiny' ended config_error, expected ok: the estimate says this will not fit"
+            in proc.stderr), proc.stderr
+    assert "01_nocentral (central run None ended None, expected ok: results.record(...) names no central run" \
+        in proc.stderr
+    # quiet: one line a notebook (plus its problem), no kernel transport warning, no progress bars
+    assert "IPKernelApp" not in proc.stdout + proc.stderr and "cell/s" not in proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[0].split()[:2] == ["unexpected", "00_refused"] and "tiny: config_error (expected ok)" in lines[0]
+    summary = json.loads((out / "run-all.json").read_text())
+    assert [n["status"] for n in summary["notebooks"]] == ["unexpected", "unexpected"]
+    assert summary["notebooks"][0]["error"]["run"] == "tiny" and summary["notebooks"][0]["error"]["status"] == "config_error"
+    html_text = (out / "report.html").read_text()
+    assert "did not end as expected" in html_text and "tiny: config_error (expected ok)" in html_text
+    # -p wins over the file: with enough host RAM the dry run is the central run and ends as recorded
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(out), "--params", str(params), "-p", "HOST_MEMORY_GIB", "64",
+                           "--only", "00"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _fake_results(folder: Path, notebook: str, rehearsal: bool, **fields) -> str:
+    run = {"status": "ok", "summary": {"tokens_per_s": 1234.5, "device": "cpu", "world_size": 2, "num_params": 1000},
+           "metrics": [{"loss": 2.0}, {"loss": 1.5}], "estimate": {"device": "cpu"}}
+    results.record(folder, notebook, rehearsal=rehearsal, runs={"central": run}, central="central", expected="ok",
+                   **fields)
+    return str(folder)
+
+
+def test_report_leads_with_the_answers_for_both_targets(tmp_path):
+    te = {"verdict": "ZeRO-3 + opt→cpu + param→cpu fits: 9.4 GiB per GPU", "fits_gpu": True, "fits_host": True}
+    d = {"kind": "NVMe offload", "fits": True, "label": "ZeRO-3 + opt→nvme + param→nvme", "reason": "64 GiB"}
+    entries = [{"name": "05_final_8x4090", "status": "ok", "duration_s": 1.0,
+                "output_dir": _fake_results(tmp_path / "05", "05_final_8x4090", True, target_estimate=te)},
+               {"name": "06_final_1x4090", "status": "ok", "duration_s": 1.0,
+                "output_dir": _fake_results(tmp_path / "06", "06_final_1x4090", True, desktop_choice=d)}]
+    page = report.write_html_report(tmp_path, entries).read_text()
+    first = page.index("<h2>The answers</h2>")
+    assert first < page.index("<h2>Notebooks</h2>") < page.index("the CPU rehearsal's runs")
+    section = page[first:page.index("<h2>Notebooks</h2>")]
+    assert "8 × RTX 4090 + Qwen-14B" in section and "1 × RTX 4090 + LLaMA-7B" in section
+    assert te["verdict"] in section and "ZeRO-3 + opt→nvme + param→nvme with NVMe offload" in section
+    label = hardware.hardware_label({"device": "cpu", "world_size": 2})
+    assert label.startswith("CPU rehearsal")
+    assert section.count(f"ok: 1,234 tokens/s on {label}") == 2 and "CPU rehearsal: tiny model" in section
+    # the projection comes from the GPU reference run closest in size to each target's model
+    ref7 = reference.reference_projection("06", model_spec("llama-7b").num_params)
+    if ref7:
+        assert f"{round(ref7['tokens_per_s']):.0f}" in section and ref7["name"] in section
+
+
+def test_collapse_repeated_makes_one_line():
+    import pandas as pd
+    why = "the states do not fit the 24 GiB card at any batch shape"
+    frame = pd.DataFrame({"micro batch": [1, 2, 4], "fits": ["no", "no", "no"], "why": [why] * 3})
+    kept, lines = answers_mod.collapse_repeated(frame)
+    assert list(kept.columns) == ["micro batch", "fits"] and lines == [f"why (every row): {why}"]
+
+
+def test_projection_keeps_the_achieved_fraction_of_the_floor():
+    run = {"tokens_per_s": 1000.0, "estimate_device": "cuda", "num_params": 7e9, "world_size": 1, "micro_batch": 2,
+           "grad_accum": 8, "seq_len": 1024, "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"}
+    here = {"bf16_matmul_tflops": 700.0, "h2d_gb_s": 50.0, "d2h_gb_s": 50.0, "cpu_adam_params_per_s": 4e9}
+    T, N = 2 * 8 * 1024, 7e9
+    floor = lambda c: (8 * N * T / (c["bf16_matmul_tflops"] * 1e12) + 4 * N * 8 / (c["h2d_gb_s"] * 1e9)
+                       + 2 * N * 8 / (c["d2h_gb_s"] * 1e9) + N / c["cpu_adam_params_per_s"])
+    expect = 1000.0 * floor(here) / floor(answers_mod.RTX4090_MODEL)
+    assert answers_mod.project_rtx4090(run, here) == pytest.approx(expect, rel=1e-12)
+    assert answers_mod.project_rtx4090(dict(run, estimate_device="cpu"), here) is None
