@@ -751,7 +751,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if problem:
             return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
         resolution = report.resolved
-        if resolution.rows and not quiet:
+        if resolution.rows:  # the fill table (cookbook launch --json sends it to stderr)
             print(str(resolution), flush=True)
         ds_config = resolution.config
     if not quiet:

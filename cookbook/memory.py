@@ -1303,9 +1303,9 @@ def choose_variant(plan, *, bf16_states: bool = False, variants=None):
     return chosen, result
 
 
-#: The model-state components (16-bit parameters and gradients, fp32 master weights and gradients, Adam
-#: moments) that ZeRO partitions; the keys of ``gpu_gib`` / ``host_gib`` that hold them.
-MODEL_STATE_KEYS = ("params_16bit", "grads_16bit", "master_fp32", "adam_states", "grads_fp32")
+#: The model-state components that ZeRO partitions (16-bit parameters and gradients, fp32 master weights and
+#: gradients, Adam moments): :data:`MODEL_STATE_KEYS` without DeepSpeed's gathered largest layer.
+PARTITIONED_STATE_KEYS = tuple(k for k in MODEL_STATE_KEYS if k != "largest_layer")
 
 #: One rank's share of Qwen-14B on 8 ranks under ZeRO-3, as a model of its own (data/models/qwen2-14b-share8).
 SHARE_MODEL = "qwen2-14b-share8"
@@ -1313,7 +1313,7 @@ SHARE_MODEL = "qwen2-14b-share8"
 
 def rank_model_states_gib(plan: Plan, *, bf16_states: bool = False, spec=None) -> float:
     """The model states one rank holds for ``plan``, wherever they live, in GiB: the GPU's share
-    (:data:`MODEL_STATE_KEYS` of ``gpu_gib``) plus the rank's part of the offloaded states (the same keys
+    (:data:`PARTITIONED_STATE_KEYS` of ``gpu_gib``) plus the rank's part of the offloaded states (the same keys
     of ``host_gib`` over the ranks on the machine). The gathered-layer and prefetch buffers, activations
     and the runtime are not model states and are left out.
 
@@ -1326,8 +1326,8 @@ def rank_model_states_gib(plan: Plan, *, bf16_states: bool = False, spec=None) -
     """
     e = estimate(plan, bf16_states=bf16_states, spec=spec, device="cuda")
     ranks_per_machine = max(1, plan.num_gpus)
-    gpu = sum(float(e.gpu_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS)
-    host = sum(float(e.host_gib.get(k, 0.0)) for k in MODEL_STATE_KEYS) / ranks_per_machine
+    gpu = sum(float(e.gpu_gib.get(k, 0.0)) for k in PARTITIONED_STATE_KEYS)
+    host = sum(float(e.host_gib.get(k, 0.0)) for k in PARTITIONED_STATE_KEYS) / ranks_per_machine
     return gpu + host
 
 
@@ -1510,6 +1510,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -9,6 +9,7 @@ numbers), not copied from the notebooks' output.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,6 +25,9 @@ GIB = 2 ** 30
 N_QWEN14B = 14_167_290_880
 N_TINY_QWEN2 = 354_880
 N_TINY_LLAMA = 354_624
+# the target's schedule in 02-05: 3 epochs of the shipped chats at 1 × 16 × 8 sequences a step (HF Trainer's count)
+_CHATS = sum(1 for line in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if line.strip())
+TARGET_STEPS = math.ceil(3 * math.ceil(math.ceil(_CHATS / 8) / 16))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,10 +198,10 @@ def test_02_zero2(run_all):
     # DeepSpeed's batch rule in the cookbook's config: 1 × 16 × 8
     assert r["config"]["train_batch_size"] == 128
     # the target's config carries the target's hyper-parameters, not the rehearsal's (3e-3, 40 steps):
-    # lr 1e-5, cosine, 3 epochs of the 3,000 shipped examples = ceil(3 × ceil(ceil(3000 / 8) / 16)) = 72 steps
+    # lr 1e-5, cosine, 3 epochs of the 1,500 shipped chats = ceil(3 × ceil(ceil(1500 / 8) / 16)) = 36 steps
     assert r["config"]["optimizer"]["params"]["lr"] == 1e-5
     assert r["config"]["scheduler"]["type"] == "WarmupCosineLR"
-    assert r["config"]["scheduler"]["params"]["total_num_steps"] == 72
+    assert r["config"]["scheduler"]["params"]["total_num_steps"] == TARGET_STEPS
     diff = {row["path"]: row for row in r["diff_vs_previous"]}
     assert diff["train_batch_size"]["before"] == "32" and diff["fp16.enabled"]["after"] == "(absent)"
     assert r["zero_partition"]["full_numel"] == N_TINY_QWEN2
@@ -232,7 +236,7 @@ def test_05_recipe_saves_and_reloads(run_all):
     r = results(run_all, "05_final_8x4090")
     assert r["variant"] == "ZeRO-3 + opt→cpu"                          # first variant fitting 8 × 24 GiB, 512 GiB RAM
     assert r["config"]["optimizer"]["params"]["lr"] == 1e-5             # the target's hyper-parameters (see 02)
-    assert r["config"]["scheduler"]["params"]["total_num_steps"] == 72
+    assert r["config"]["scheduler"]["params"]["total_num_steps"] == TARGET_STEPS
     assert r["lint_errors"] == 0
     run = _step(r, "ZeRO-3 + opt→cpu")
     assert run["save_verification"]["ok"] is True

@@ -19,8 +19,9 @@ def test_eval_loss_rotation_16bit_final_cosine_and_tensorboard(tmp_path):
     from cookbook.data import IGNORE_INDEX, collate, load_records, load_tokenizer, tokenize
     from cookbook.train import tensorboard_available
 
-    # a separate eval file: the first 10 shipped records
-    records = load_records()
+    # a separate eval file: the first 10 shipped Alpaca records
+    from cookbook.models import INSTRUCTIONS_PATH
+    records = load_records(INSTRUCTIONS_PATH)
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text("".join(json.dumps({k: records[i][k] for k in ("instruction", "input", "output")}) + "\n"
                                  for i in range(10)))
