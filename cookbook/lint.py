@@ -470,15 +470,9 @@ def _is_num(v) -> bool:
 
 
 def _walk(node, prefix=""):
-    """Yield (path, value) for every leaf (lists are walked with [i])."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _walk(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _walk(v, f"{prefix}[{i}]")
-    else:
-        yield prefix, node
+    """Yield (path, value) for every leaf (lists are walked with [i]); the resolver's own walk."""
+    from .dsconfig import _walk_leaves
+    return _walk_leaves(node, prefix)
 
 
 def _get(cfg: dict, path: str, default=None):
