@@ -9,7 +9,7 @@ import sys
 
 #: subcommand modules, in the order shown by --help
 MODULES = ("cookbook.launch", "cookbook.dsconfig", "cookbook.lint", "cookbook.memory", "cookbook.env",
-           "cookbook.runall", "cookbook.checkpoint")
+           "cookbook.nvme", "cookbook.runall", "cookbook.checkpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -698,6 +698,9 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
     }
     summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,
                                                device_name is None))
+    if "nvme" in (summary["offload_optimizer"], summary["offload_param"]):
+        summary["nvme_io"] = nvme_io_summary(args, world, ds_config, precision, gradient_checkpointing,
+                                             summary["step_time_s"], device_name is None)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
@@ -729,6 +732,23 @@ def estimate_beside_measurement(args, world, ds_config, precision, gradient_chec
         return {"estimate": est.to_dict(), "estimate_vs_measured": json.loads(table.to_json(orient="records"))}
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
         return {"estimate": None, "estimate_vs_measured": None, "estimate_error": f"{type(exc).__name__}: {exc}"}
+
+
+def nvme_io_summary(args, world, ds_config, precision, gradient_checkpointing, step_time_s, on_cpu) -> dict:
+    """SSD traffic per step, the disk-only step-time floor on the bandwidth measured in the NVMe folder and
+    achieved/floor (:func:`cookbook.nvme.run_io_summary`); ``{"error": ...}`` when it cannot be computed."""
+    try:
+        from .nvme import run_io_summary
+        from .plan import Plan
+        zero = ds_config.get("zero_optimization") or {}
+        plan = Plan(model=str(args.model), num_gpus=world, seq_len=args.seq_len, micro_batch=args.micro_batch,
+                    grad_accum=args.grad_accum, precision=precision, zero_stage=zero.get("stage", 0),
+                    offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
+                    gradient_checkpointing=bool(gradient_checkpointing), nvme_path=args.nvme_path)
+        return run_io_summary(plan, ds_config, step_time_s, bf16_states=bool(args.bf16_states),
+                              device="cpu" if on_cpu else "cuda")
+    except Exception as exc:  # noqa: BLE001 - the summary must still be written
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":
