@@ -215,6 +215,20 @@ def async_io_available() -> tuple[bool, str]:
     return True, "DeepSpeed's async_io op is compatible (libaio found)"
 
 
+def prepare_async_io(timeout_s: float = 1800.0) -> tuple[bool, str]:
+    """Build (first use: a JIT compile of minutes) and load DeepSpeed's ``async_io`` op in a child process, in the
+    extensions folder the cookbook's launched ranks use (:func:`cookbook.launch.extensions_dir`), so that a
+    training run does not compile it in every rank at once. Returns (ok, why)."""
+    ok, why = async_io_available()
+    if not ok:
+        return ok, why
+    t0 = time.perf_counter()
+    rows, err = _run_child({"folder": tempfile.gettempdir(), "time_limit_s": 1, "settings": []}, timeout_s=timeout_s)
+    if any(r.get("event") == "loaded" for r in rows):
+        return True, f"DeepSpeed's async_io op loads ({time.perf_counter() - t0:.0f} s)"
+    return False, f"DeepSpeed's async_io op is compatible but did not build/load: {err or 'no result'}"
+
+
 def _check_folder(path, flag: str) -> Path:
     p = Path(path).expanduser()
     if not p.is_dir():
@@ -240,6 +254,9 @@ def _run_child(job: dict, timeout_s: float) -> tuple[list[dict], str]:
     """Run :func:`_child_main` with ``job`` in a fresh interpreter; (rows printed, error text)."""
     cmd = [sys.executable, "-c", "from cookbook.nvme import _child_main; _child_main()", json.dumps(job)]
     env = dict(os.environ)
+    if "TORCH_EXTENSIONS_DIR" not in env:  # the folder the cookbook's launched ranks build DeepSpeed's ops in
+        from .launch import extensions_dir
+        env["TORCH_EXTENSIONS_DIR"] = str(extensions_dir())
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
@@ -807,6 +824,7 @@ class NvmeEstimate:
             "host_transient_gib": round(self.transient_per_rank * r / GIB, 4),
             "read_gb_per_step": {k: round(v * r / GB, 4) for k, v in self.read_per_step_per_rank.items()},
             "write_gb_per_step": {k: round(v * r / GB, 4) for k, v in self.write_per_step_per_rank.items()},
+            "read_bytes_per_step": self.read_bytes_per_step, "write_bytes_per_step": self.write_bytes_per_step,
             "read_gb_per_step_total": round(self.read_bytes_per_step / GB, 4),
             "write_gb_per_step_total": round(self.write_bytes_per_step / GB, 4),
             "floor_consumer_ssd": dict(self.floor(CONSUMER_PCIE4_SSD["read_gb_s"], CONSUMER_PCIE4_SSD["write_gb_s"]),
@@ -898,8 +916,12 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
       ``_create_fp32_partitions`` holds an unpinned fp32 copy of a sub-group.
 
     Traffic per optimizer step, per rank, steady state (G = gradient accumulation):
-      read: 16-bit parameters ``2 × G ×`` their SSD bytes (fetched for forward and for backward, which
-      recomputes under checkpointing, ``partition_parameters.py`` swap_in in ``_all_gather``), master
+      read: 16-bit parameters, G × (their SSD bytes + those of the parameters fetched again in backward):
+      every micro-step's forward fetches each one (``partition_parameters.py`` swap_in in ``_all_gather``);
+      backward fetches it again unless it was kept gathered because its next use lies within
+      ``stage3_max_reuse_distance`` elements (``partitioned_param_coordinator.py::__params_to_release``),
+      counted here as ``n + 2 × (elements after it)`` (``3 ×`` under gradient checkpointing, which
+      recomputes each later layer's forward in backward) — an approximation of the coordinator's trace; master
       weights + Adam m + v + gradients (``_prepare_sub_group`` → ``swap_in_optimizer_state``);
       write: gradients (at the accumulation boundary), master weights + Adam m + v
       (``swap_out_optimizer_state``), 16-bit parameters (``_partitioned_params_swap_out``). The first step
@@ -1031,7 +1053,20 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
                          "elements that no sub-group fits in (each is larger): set offload_param.max_in_cpu to 0 "
                          "to save it")
         ssd_params = sum(aligned(parts[i], align_p) * p for i in range(len(parts)) if on_ssd[i])
-        read["params_16bit"] = 2 * plan.grad_accum * ssd_params
+        # fetched in forward; fetched again in backward unless the coordinator kept it gathered because it is
+        # reused within stage3_max_reuse_distance elements (partitioned_param_coordinator.__params_to_release:
+        # the elements traversed between the two uses: the rest of the forward, then the backward of the
+        # later layers, which under checkpointing recomputes their forward first)
+        reuse = _num(zero.get("stage3_max_reuse_distance"), 10 ** 9)
+        span = 3 if plan.gradient_checkpointing else 2
+        after = 0
+        reread = 0
+        for i in reversed(range(len(parts))):
+            if on_ssd[i] and numels[i] + span * after >= reuse:
+                reread += aligned(parts[i], align_p) * p
+            after += numels[i]
+        read["params_16bit"] = plan.grad_accum * (ssd_params + reread)
+        settings["stage3_max_reuse_distance"] = reuse
         write["params_16bit"] = ssd_params
         if not ssd_params:
             notes.append("no parameter reaches the SSD (each partition is below "
@@ -1187,5 +1222,5 @@ def register(subparsers) -> None:
 
 __all__ = ["AIO_DEFAULTS", "AIO_KEYS", "BANDWIDTH_RECORD", "CONSUMER_PCIE4_SSD", "DEFAULT_SWEEP", "ENDURANCE_NOTE",
            "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "NvmeEstimate", "async_io_available", "estimate_nvme",
-           "load_aio_config", "measure_bandwidth", "recorded_bandwidth", "register", "run_io_summary",
+           "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "register", "run_io_summary",
            "sweep_settings", "tune", "validate_aio"]

@@ -94,10 +94,9 @@ def test_user_config_decides_the_run_and_is_linted_as_deepspeed_sees_it(tmp_path
     assert res.status == "config_error"
 
 
-def test_nvme_without_libaio_refused_before_launch(tmp_path):
-    from cookbook.env import _libaio_present
-    if _libaio_present():
-        pytest.skip("this machine has libaio")
+def test_nvme_without_libaio_refused_before_launch(tmp_path, monkeypatch):
+    import cookbook.env
+    monkeypatch.setattr(cookbook.env, "_libaio_present", lambda: False)  # CI installs libaio-dev (.ci/run)
     res = launch(plan(zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path=str(tmp_path / "nv")),
                  tmp_path / "run", progress=False, force=True)
     assert res.status == "config_error" and "libaio" in res.message
