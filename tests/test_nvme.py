@@ -318,3 +318,26 @@ def test_two_rank_cpu_rehearsal_with_nvme_offload(aio_op, swap_llama, tmp_path):
     assert io["bandwidth"]["read_gb_s"] == bw["read_gb_s"] and io["bandwidth"]["matches_aio"]
     assert io["achieved_over_floor_serial"] == pytest.approx(
         io["floor_measured_disk"]["floor_serial_s"] / res.summary["step_time_s"])
+
+
+def test_env_records_the_disk_bandwidth(tmp_path, capsys):
+    """`cookbook env --nvme-path DIR` times the folder and writes it into the facts; the check shows the floor."""
+    from cookbook.cli import main
+    from cookbook.env import check, load_facts
+    nv = tmp_path / "nv"
+    nv.mkdir()
+    facts_file = tmp_path / "facts.json"
+    main(["env", "--model", "llama-7b", "--gpus", "1", "--zero-stage", "3", "--offload-optimizer", "nvme",
+          "--offload-param", "nvme", "--nvme-path", str(nv), "--nvme-probe-mib", "8", "--dump-facts", str(facts_file),
+          "--no-allreduce"])
+    facts = load_facts(facts_file)
+    bw = facts["nvme_bandwidth"]
+    assert bw["read_gb_s"] > 0 and bw["write_gb_s"] > 0 and bw["path"] == str(nv.resolve())
+    assert bw["method"] in ("deepspeed_aio", "o_direct", "fsync")
+    assert sorted(os.listdir(nv)) == [nvme.BANDWIDTH_RECORD]
+    plan = Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="nvme", offload_param="nvme",
+                nvme_path=str(nv))
+    c = check(plan, facts)["nvme_bandwidth"]
+    est = nvme.estimate_nvme(plan)
+    floor = est.read_bytes_per_step / (bw["read_gb_s"] * 1e9) + est.write_bytes_per_step / (bw["write_gb_s"] * 1e9)
+    assert c.status == "ok" and f"at least {floor:.1f} s per step" in c.reason
