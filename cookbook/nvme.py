@@ -222,6 +222,10 @@ def prepare_async_io(timeout_s: float = 1800.0) -> tuple[bool, str]:
     ok, why = async_io_available()
     if not ok:
         return ok, why
+    from .launch import extensions_dir
+    built = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or extensions_dir()) / "async_io"
+    if (built / "async_io.so").is_file() and not (built / "lock").exists():
+        return True, f"DeepSpeed's async_io op is built ({built})"
     t0 = time.perf_counter()
     rows, err = _run_child({"folder": tempfile.gettempdir(), "time_limit_s": 1, "settings": []}, timeout_s=timeout_s)
     if any(r.get("event") == "loaded" for r in rows):
@@ -837,6 +841,31 @@ class NvmeEstimate:
                                               method=bandwidth.get("method"), path=bandwidth.get("path"))
         return out
 
+    def to_frame(self):
+        """A pandas DataFrame per machine: ``where`` (SSD / host RAM), ``what``, ``GiB``; the host-RAM transient of
+        the first optimizer step as its own row."""
+        import pandas as pd
+        r = self.ranks_per_machine
+        rows = [("SSD", NVME_DISK_TERMS[k], v * r) for k, v in self.disk_per_rank.items() if v]
+        rows += [("host RAM", NVME_HOST_TERMS[k], v * r) for k, v in self.host_per_rank.items() if v]
+        rows.append(("host RAM", "first optimizer step only: Adam m, v of one sub-group before their first swap-out",
+                     self.transient_per_rank * r))
+        return pd.DataFrame([(w, t, round(b / GIB, 2)) for w, t, b in rows], columns=["where", "what", "GiB"])
+
+    def floor_frame(self, disks, tokens_per_step: int | None = None):
+        """SSD-only floors on several disks: ``disks`` is a list of (name, ``{"read_gb_s", "write_gb_s"}``);
+        columns disk, read GB/s, write GB/s, floor s/step and, with ``tokens_per_step``, the tokens/s it allows."""
+        import pandas as pd
+        rows = []
+        for name, d in disks:
+            f = self.floor(d["read_gb_s"], d["write_gb_s"])
+            row = {"disk": name, "read GB/s": d["read_gb_s"], "write GB/s": d["write_gb_s"],
+                   "SSD-only floor s/step": round(f["floor_serial_s"], 1)}
+            if tokens_per_step:
+                row["tokens/s at most"] = round(tokens_per_step / f["floor_serial_s"], 1)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
     def lines(self, bandwidth: Mapping | None = None) -> list[str]:
         """Human-readable lines for ``cookbook estimate`` and notebooks."""
         r = self.ranks_per_machine
@@ -1137,6 +1166,61 @@ def run_io_summary(plan, ds_config: Mapping | None, step_time_s: float | None, *
     return out
 
 
+def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, device: str = "cuda", spec=None):
+    """A finished NVMe run beside the estimate, as a pandas DataFrame (quantity, estimate, measured): the bytes of
+    DeepSpeed's swap files under ``plan.nvme_path``/zero_stage_3 (``*.swp``; they stay after the run) and the
+    storage bytes read and written per optimizer step (the summary's ``nvme_io.measured_disk_io``, from
+    ``/proc/self/io``)."""
+    import pandas as pd
+    est = estimate_nvme(plan, spec=spec, ds_config=ds_config, device=device)
+    root = Path(plan.nvme_path or ".") / "zero_stage_3"
+    on_disk = sum(f.stat().st_size for f in root.rglob("*.swp")) if root.is_dir() else None
+    m = ((summary or {}).get("nvme_io") or {}).get("measured_disk_io") or {}
+
+    def gb(key):
+        return m[key] * GB if m.get(key) is not None else None
+    return pd.DataFrame([("SSD bytes (swap files)", est.disk_bytes, on_disk),
+                         ("bytes read per optimizer step (/proc/self/io)", est.read_bytes_per_step, gb("read_gb_per_step")),
+                         ("bytes written per optimizer step (/proc/self/io)", est.write_bytes_per_step,
+                          gb("write_gb_per_step"))], columns=["quantity", "estimate", "measured"])
+
+
+def reference_runs(folder=None, pattern: str = "*nvme*.json"):
+    """Measured NVMe runs shipped under ``data/reference/`` (files whose name contains ``nvme``), one row per
+    record, as a pandas DataFrame (empty when there are none).
+
+    Reads each file generically: a list of records, or an object with ``runs``/``results``/``rows``/``points``
+    (a list), or one record; nested objects are flattened one level (``nvme_io.read_gb_per_step_total``).
+    The column ``file`` names the source. Unreadable files become a row with ``error``."""
+    import pandas as pd
+    if folder is None:
+        from .models import DATA_DIR
+        folder = DATA_DIR / "reference"
+    rows = []
+    for f in sorted(Path(folder).glob(pattern)):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            rows.append({"file": f.name, "error": str(exc)})
+            continue
+        if isinstance(data, Mapping):
+            records = next((data[k] for k in ("runs", "results", "rows", "points") if isinstance(data.get(k), list)),
+                           [data])
+        else:
+            records = data if isinstance(data, list) else [data]
+        for rec in records:
+            if not isinstance(rec, Mapping):
+                continue
+            row = {"file": f.name}
+            for k, v in rec.items():
+                if isinstance(v, Mapping):
+                    row.update({f"{k}.{k2}": v2 for k2, v2 in v.items() if not isinstance(v2, (Mapping, list))})
+                elif not isinstance(v, list):
+                    row[k] = v
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # ----------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------
@@ -1221,6 +1305,6 @@ def register(subparsers) -> None:
 
 
 __all__ = ["AIO_DEFAULTS", "AIO_KEYS", "BANDWIDTH_RECORD", "CONSUMER_PCIE4_SSD", "DEFAULT_SWEEP", "ENDURANCE_NOTE",
-           "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "NvmeEstimate", "async_io_available", "estimate_nvme",
-           "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "register", "run_io_summary",
+           "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
+           "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "reference_runs", "register", "run_io_summary",
            "sweep_settings", "tune", "validate_aio"]
