@@ -9,7 +9,7 @@ import sys
 
 #: subcommand modules, in the order shown by --help
 MODULES = ("cookbook.launch", "cookbook.procs", "cookbook.dsconfig", "cookbook.lint", "cookbook.memory",
-           "cookbook.env", "cookbook.runall", "cookbook.checkpoint")
+           "cookbook.env", "cookbook.nvme", "cookbook.runall", "cookbook.checkpoint")
 
 
 #: What ``cookbook --help`` says first: for users, not for developers.

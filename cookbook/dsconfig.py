@@ -62,7 +62,7 @@ FP16_BLOCK = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss
 
 #: Top-level ``aio`` block for NVMe offload: DeepSpeed's defaults (``swap_tensor/constants.py``
 #: AIO_FORMAT; https://www.deepspeed.ai/docs/config-json/#asynchronous-io). Tune with
-#: ``python -m deepspeed.nvme.perf_sweep`` / ``ds_nvme_tune`` on the real SSD.
+#: ``cookbook nvme-tune PATH -o aio.json`` on the real SSD, then ``build_config(..., aio="aio.json")``.
 AIO_BLOCK = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
              "overlap_events": True}
 
@@ -290,7 +290,7 @@ def _check_number(name: str, value, *, minimum: float = 0.0, strict: bool = Fals
 def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, weight_decay: float = 0.0,
                  betas=(0.9, 0.95), eps: float = 1e-8, warmup_steps: int = 0, total_steps: int | None = None,
                  gradient_clipping: float = 1.0, bf16_states: bool = False,
-                 steps_per_print: int = 10**9, lr_scheduler: str | None = None) -> dict:
+                 steps_per_print: int = 10**9, lr_scheduler: str | None = None, aio=None) -> dict:
     """The DeepSpeed config (a JSON-ready dict) for ``plan``, for one launch ``target``.
 
     Args:
@@ -331,6 +331,11 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
             parameter of optimizer-side state, at some accuracy risk.
         steps_per_print: DeepSpeed's own progress print interval (default: effectively never; the
             cookbook logs its own metrics).
+        aio: tuned NVMe settings for a plan with an NVMe target: the JSON file ``cookbook nvme-tune``
+            writes (or its dict, a bare ``aio`` block, or a facts file holding ``nvme_tuned``); see
+            :func:`cookbook.nvme.load_aio_config`. Its ``aio`` block replaces DeepSpeed's defaults and its
+            ``offload_param`` ``buffer_count``/``buffer_size`` replace the builder's (``buffer_size`` never
+            below the largest parameter partition). None: DeepSpeed's default ``aio`` block.
 
     Batch arithmetic: ``train_batch_size = micro_batch × grad_accum × world size`` (DeepSpeed
     ``runtime/config.py::_batch_assertion``).
@@ -368,6 +373,16 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
         raise ConfigError.about("{bf16_states} with {precision}: bf16 optimizer states need bf16 precision; drop "
                                 "{bf16_states.name} or set {precision.name} to bf16",
                                 bf16_states=True, precision=plan.precision)
+    tuned = None
+    if aio is not None:
+        if "nvme" not in (plan.offload_optimizer, plan.offload_param):
+            raise ConfigError(f"aio={aio!r}: tuned aio settings apply only to NVMe offload; drop --aio-config or use "
+                              "the zero3-nvme preset")
+        from .nvme import NvmeError, load_aio_config
+        try:
+            tuned = load_aio_config(aio)
+        except NvmeError as exc:
+            raise ConfigError(str(exc)) from None
     if bf16_states and plan.zero_stage == 0:
         raise ConfigError.about("{bf16_states} with {zero_stage}: DeepSpeed supports bf16 master weights only with "
                                 "ZeRO stage 1, 2 or 3; raise {zero_stage.name} or drop {bf16_states.name}",
@@ -453,8 +468,11 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
                 # a swap buffer holds one rank's partition of the largest parameter tensor
                 # (partitioned_param_swapper.get_buffer asserts numel <= buffer_size)
                 need = -(-spec.largest_layer_params // plan.world_size)
-                block.update(nvme_path=plan.nvme_path, buffer_count=NVME_PARAM_BUFFER_COUNT,
-                             buffer_size=max(NVME_PARAM_MIN_BUFFER_SIZE, need), max_in_cpu=NVME_PARAM_MAX_IN_CPU)
+                tuned_param = (tuned or {}).get("offload_param") or {}
+                block.update(nvme_path=plan.nvme_path,
+                             buffer_count=tuned_param.get("buffer_count", NVME_PARAM_BUFFER_COUNT),
+                             buffer_size=max(tuned_param.get("buffer_size", NVME_PARAM_MIN_BUFFER_SIZE), need),
+                             max_in_cpu=NVME_PARAM_MAX_IN_CPU)
             zero["offload_param"] = block
         zero["overlap_comm"] = True
         zero["contiguous_gradients"] = True
@@ -474,7 +492,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
             zero["stage3_gather_16bit_weights_on_model_save"] = True
     cfg["zero_optimization"] = zero
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
-        cfg["aio"] = dict(AIO_BLOCK)
+        cfg["aio"] = dict(tuned["aio"]) if tuned else dict(AIO_BLOCK)
     return cfg
 
 
@@ -1128,7 +1146,7 @@ def _build_for_cli(args):
         plan = preset_plan(args.preset, **fields)
         cfg = build_config(plan, args.target, lr=args.lr, warmup_steps=args.warmup_steps,
                            total_steps=args.total_steps, bf16_states=args.bf16_states,
-                           lr_scheduler=args.lr_scheduler)
+                           lr_scheduler=args.lr_scheduler, aio=getattr(args, "aio_config", None))
     except (ConfigError, PlanError, ModelNotFoundError) as exc:
         from .plan import user_message
         preset = (f"preset {args.preset}", f"the preset (not {args.preset})")
@@ -1168,6 +1186,8 @@ def register(subparsers) -> None:
                         "default: linear with --total-steps, else constant")
     p.add_argument("--bf16-states", action="store_true",
                    help="bf16 master weights and optimizer states (DeepSpeed >= 0.18)")
+    p.add_argument("--aio-config", default=None, metavar="FILE",
+                   help="tuned NVMe settings from `cookbook nvme-tune PATH -o FILE` (zero3-nvme)")
     p.set_defaults(func=_run)
 
 

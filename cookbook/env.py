@@ -264,7 +264,7 @@ _FACT_TYPES = {
     "disk_free_gib": (int, float), "nvme_path": str, "nvme_path_exists": bool, "env": dict,
     "deepspeed_version": str, "accelerate_version": str, "transformers_version": str,
     "cpu_count": int, "cpu_count_physical": int, "ds_ops": dict, "peer_access": list, "allreduce": dict,
-    "ds_accelerator": str,
+    "ds_accelerator": str, "nvme_bandwidth": dict, "nvme_tuned": dict,
 }
 
 
@@ -478,7 +478,8 @@ def _existing_parent(path: str) -> Path:
 
 
 def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allreduce: bool = False,
-                 allreduce_timeout_s: float = 60.0, probe_timeout_s: float = 90.0) -> dict:
+                 allreduce_timeout_s: float = 60.0, probe_timeout_s: float = 90.0, nvme_probe: bool = False,
+                 nvme_probe_mib: int = 256, nvme_probe_time_limit_s: float = 30.0) -> dict:
     """Facts about this machine, JSON-serialisable, secrets masked.
 
     Args:
@@ -488,6 +489,10 @@ def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allred
             ``is_compatible()``); about 2–4 s.
         run_allreduce: with 2+ visible GPUs, also time an NCCL all-reduce with P2P on and off
             (:func:`measure_allreduce`), each under ``allreduce_timeout_s``.
+        nvme_probe: with ``nvme_path`` an existing folder, measure its sequential write and read bandwidth
+            (:func:`cookbook.nvme.measure_bandwidth`: ``nvme_probe_mib`` MiB, at most
+            ``nvme_probe_time_limit_s`` s of I/O, files deleted) into ``nvme_bandwidth``; a failed probe is
+            recorded as ``{"error": ...}``.
 
     Returns:
         dict with the keys listed in the module doc of the issue (``gpus``, ``driver_version``,
@@ -520,6 +525,13 @@ def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allred
         facts["nvme_path"] = str(nvme_path)
         facts["nvme_path_exists"] = os.path.isdir(os.path.expanduser(nvme_path))
         facts["disk_free_gib"] = round(shutil.disk_usage(_existing_parent(nvme_path)).free / GIB, 2)
+        if nvme_probe and facts["nvme_path_exists"]:
+            from .nvme import NvmeError, measure_bandwidth
+            try:
+                facts["nvme_bandwidth"] = measure_bandwidth(os.path.expanduser(nvme_path), size_mib=nvme_probe_mib,
+                                                            time_limit_s=nvme_probe_time_limit_s)
+            except (NvmeError, OSError) as exc:
+                facts["nvme_bandwidth"] = {"error": str(exc)}
     facts["env"] = relevant_env()
     if probe:
         found = _run_probe(probe_timeout_s)
@@ -647,17 +659,15 @@ def _ranks_per_machine(plan: Plan | None) -> int:
 
 
 def _nvme_bytes(plan: Plan) -> float | None:
-    """Bytes written to the NVMe folder: 12 B/param (fp32 master weights + Adam m + v, K=12 in the ZeRO
-    paper, §3) for ``offload_optimizer=nvme`` and 2 B/param (bf16/fp16 weights) for
-    ``offload_param=nvme`` (ZeRO-Infinity, Rajbhandari et al. 2021, §5)."""
+    """Bytes DeepSpeed writes to the NVMe folder per machine: :func:`cookbook.nvme.estimate_nvme` (per swappable
+    sub-group fp32 master weights + Adam m + v, the fp32 gradients, and the 16-bit parameters; 18 B/param
+    for a large model with both targets on NVMe), or None when the model cannot be resolved."""
     try:
-        from .models import model_spec
-        n = model_spec(plan.model).num_params
+        from .nvme import estimate_nvme
+        est = estimate_nvme(plan)
     except Exception:
         return None
-    per_param = (12 if plan.offload_optimizer == "nvme" else 0) + (
-        (2 if plan.precision != "fp32" else 4) if plan.offload_param == "nvme" else 0)
-    return float(n * per_param)
+    return None if est is None else float(est.disk_bytes)
 
 
 def _estimate(plan: Plan):
@@ -1144,7 +1154,7 @@ def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
                             "offloaded size or free disk unknown"))
     else:
         need_gib = need / GIB
-        what = " + ".join(x for x, on in (("optimizer states 12 B/param", plan.offload_optimizer == "nvme"),
+        what = " + ".join(x for x, on in (("optimizer states and gradients 16 B/param", plan.offload_optimizer == "nvme"),
                                          ("parameters 2 B/param", plan.offload_param == "nvme")) if on)
         if free < need_gib:
             checks.append(Check("nvme_disk", "fail", f"need {need_gib:.1f} GiB, free {free:.1f} GiB",
@@ -1153,6 +1163,25 @@ def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
         else:
             checks.append(Check("nvme_disk", "ok", f"need {need_gib:.1f} GiB, free {free:.1f} GiB",
                                 f"the offloaded states ({what}) fit"))
+    bw = facts.get("nvme_bandwidth")
+    if isinstance(bw, dict) and bw.get("error"):
+        checks.append(Check("nvme_bandwidth", "warn", "not measured", f"the bandwidth probe failed: {bw['error']}"))
+    elif isinstance(bw, dict) and bw.get("read_gb_s") and bw.get("write_gb_s"):
+        floor = ""
+        try:
+            from .nvme import estimate_nvme
+            est = estimate_nvme(plan)
+            if est is not None and est.write_bytes_per_step:
+                f = est.floor(bw["read_gb_s"], bw["write_gb_s"])
+                floor = (f"; this plan moves {est.read_bytes_per_step / 1e9:.1f} GB in and "
+                         f"{est.write_bytes_per_step / 1e9:.1f} GB out per optimizer step: at least "
+                         f"{f['floor_serial_s']:.1f} s per step on this disk")
+        except Exception:  # noqa: BLE001 - the floor is advisory
+            pass
+        checks.append(Check("nvme_bandwidth", "ok",
+                            f"read {bw['read_gb_s']:.2f} GB/s, write {bw['write_gb_s']:.2f} GB/s ({bw.get('method')})",
+                            f"sequential bandwidth measured in {bw.get('path', path)}{floor}",
+                            f"tune DeepSpeed's aio settings for it: cookbook nvme-tune {path} -o aio.json"))
     return checks
 
 
@@ -1268,6 +1297,11 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-allreduce", action="store_true", help="skip the timed P2P on/off all-reduce (2+ GPUs)")
     p.add_argument("--allreduce-timeout", type=float, default=60.0, help="seconds per all-reduce setting before it counts as a hang")
+    p.add_argument("--no-nvme-probe", action="store_true",
+                   help="with --nvme-path, skip timing the folder's sequential write/read bandwidth")
+    p.add_argument("--nvme-probe-mib", type=int, default=256, help="MiB the NVMe bandwidth probe writes and reads (default 256)")
+    p.add_argument("--nvme-probe-time-limit-s", type=float, default=30.0,
+                   help="seconds of I/O at most for the NVMe bandwidth probe (default 30)")
     p.set_defaults(func=_main)
 
 
@@ -1309,7 +1343,9 @@ def _main(args) -> int:
             facts = load_facts(args.facts)
         else:
             facts = gather_facts(nvme_path=(plan.nvme_path if plan else None) or args.nvme_path,
-                                 run_allreduce=not args.no_allreduce, allreduce_timeout_s=args.allreduce_timeout)
+                                 run_allreduce=not args.no_allreduce, allreduce_timeout_s=args.allreduce_timeout,
+                                 nvme_probe=not args.no_nvme_probe, nvme_probe_mib=args.nvme_probe_mib,
+                                 nvme_probe_time_limit_s=args.nvme_probe_time_limit_s)
     except FactsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -159,6 +159,8 @@ HOST_COMPONENTS = {
     "grads_fp32": "offloaded optimizer gradients (fp32)",
     "pinned_staging": "DeepSpeed's pinned staging buffers",
     "pinned_rounding": "pinned buffers rounded up to powers of two",
+    "nvme_buffers": "NVMe offload: swap buffers, staging, flat buffers (DeepSpeed)",
+    "nvme_transient": "NVMe offload: first step's unpinned Adam m, v of one sub-group",
     "model_load": "model load beyond training (16-bit copy per rank)",
     "ranks_on_cpu": "rank tensors (CPU rehearsal)",
     "runtime": "runtime per rank (Python, torch, DeepSpeed)",
@@ -204,6 +206,9 @@ class MemoryEstimate:
             count them (gpu_mem), GiB.
         ds_host_model_states_gib: host model states per machine as DeepSpeed's estimators count them
             (cpu_mem, with ``additional_buffer_factor`` 1.5), GiB. Not the host peak: see ``host_gib``.
+        nvme: for ZeRO-3 plans with an NVMe target, :meth:`cookbook.nvme.NvmeEstimate.to_dict`: SSD GiB
+            per state, NVMe host-RAM terms, GB read/written per optimizer step, disk-only step-time
+            floors, SSD write volume; None otherwise.
     """
 
     params: int
@@ -219,6 +224,7 @@ class MemoryEstimate:
     nvme_gib: float = 0.0
     ds_gpu_model_states_gib: float = 0.0
     ds_host_model_states_gib: float = 0.0
+    nvme: Mapping[str, Any] | None = None
 
     # -- derived quantities ------------------------------------------------------------------
     @property
@@ -284,6 +290,7 @@ class MemoryEstimate:
             "gpu_model_states_gib": round(self.gpu_model_states_gib, 4),
             "host_model_states_gib": round(self.host_model_states_gib, 4),
             "nvme_gib": round(self.nvme_gib, 4),
+            "nvme": self.nvme,
             "fits_gpu": bool(self.fits_gpu),
             "fits_host": self.fits_host,
             "bf16_states": self.bf16_states,
@@ -627,6 +634,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     r = g // n
     stage = plan.zero_stage
     opt_off, par_off = plan.offload_optimizer, plan.offload_param
+    if stage < 3 and opt_off == "nvme":
+        # ZeRO-1/2 never swap: device nvme takes the CPU-offload path (stage_1_and_2.py: cpu_offload =
+        # device != none; swapping exists only in stage3.py::_configure_tensor_swapping)
+        opt_off = "cpu"
     zs = _zero_settings(spec, ds_config)
     overlap = zs["overlap_comm"] if zs["overlap_comm"] is not None else stage == 3  # DeepSpeed default
     cuda = device == "cuda"
@@ -728,26 +739,23 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
             pinned(B["param"] * P, state=False)             # grad_partitions_flat_buffer (pinned)
         host["master_fp32"] = mw * P * r
         host["grads_fp32"] = gw * P * r
-    elif opt_off == "nvme":
-        nvme += sum(opt_bytes.values()) * N / n
     if par_off == "cpu":
         pinned(B["param"] * P, state=True)                  # param_groups_fp16_flat_cpu_memory (pinned)
         for k in numels:                                    # zero.Init partitions, cached after defrag
             pinned(B["param"] * math.ceil(k / g), state=False)
         host["params_16bit"] = B["param"] * P * r
-    elif par_off == "nvme":
-        nvme += B["param"] * N / n
-    if opt_off == "nvme":
-        # optimizer swap buffers: buffer_count × one sub-group's fp32 state (offload_config.py defaults)
-        sub = min(zs["sub_group_size"], math.ceil(N / g))
-        for _ in range(zs["offload_optimizer_buffer_count"]):
-            pinned(sub * 4, state=False)
-    if par_off == "nvme":
-        for _ in range(zs["offload_param_buffer_count"]):
-            pinned(max(zs["offload_param_buffer_size"], math.ceil(L / g)) * B["param"], state=False)
+    nvme_est = None
+    if "nvme" in (opt_off, par_off):
+        # NVMe offload: DeepSpeed's swap buffers, staging and flat buffers, term by term (cookbook/nvme.py)
+        from .nvme import estimate_nvme
+        nvme_est = estimate_nvme(plan.replace(offload_optimizer=opt_off), spec=spec, ds_config=ds_config,
+                                 bf16_states=bf16_states, device=device)
+        nvme = nvme_est.disk_bytes
+        host["nvme_buffers"] = nvme_est.host_bytes
+        host["nvme_transient"] = nvme_est.transient_per_rank * r
     host["pinned_staging"] = staging * r
     host["pinned_rounding"] = (pinned_real - pinned_exact) * r
-    training_host = (states + staging) * r + host["pinned_rounding"]
+    training_host = (states + staging) * r + host["pinned_rounding"] + host["nvme_buffers"] + host["nvme_transient"]
     if device == "cpu":
         host["ranks_on_cpu"] = tensors * r
         training_host += tensors * r
@@ -806,8 +814,15 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append(host_line.replace("host:", "host does not fit:", 1) + f" > {plan.host_memory_gib:g} GiB")
     else:
         reasons.append(host_line)
-    if nvme:
-        reasons.append(f"NVMe: {nvme / GIB:.1f} GiB of offloaded states per machine on {plan.nvme_path}")
+    nvme_dict = None
+    if nvme_est is not None:
+        from .nvme import recorded_bandwidth
+        bw = recorded_bandwidth(plan.nvme_path, (ds_config or {}).get("aio"))
+        reasons.extend(nvme_est.lines(bw))
+        nvme_dict = nvme_est.to_dict(bw)
+    elif plan.offload_optimizer == "nvme":
+        reasons.append(f"ZeRO-{stage} does not swap to NVMe: with offload_optimizer.device nvme DeepSpeed takes its "
+                       "CPU-offload path (stage_1_and_2.py) and the states above stay in host RAM; NVMe needs ZeRO-3")
     if not mixed:
         reasons.append("fp32 training: the '16-bit' parameter and gradient rows hold fp32 tensors (4 bytes each)")
     if bf16_states:
@@ -816,7 +831,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
 
     return MemoryEstimate(params=N, plan=plan, gpu_gib=gpu_gib, host_gib=host_gib, fits_gpu=bool(fits_gpu),
                           fits_host=fits_host, reasons=tuple(reasons), largest_layer_params=L,
-                          bf16_states=bool(bf16_states), device=device, nvme_gib=nvme / GIB,
+                          bf16_states=bool(bf16_states), device=device, nvme_gib=nvme / GIB, nvme=nvme_dict,
                           ds_gpu_model_states_gib=ds_gpu_states / GIB, ds_host_model_states_gib=(
                               ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB))
 

@@ -494,6 +494,17 @@ def host_peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
 
 
+def proc_io_bytes() -> list[int] | None:
+    """[read_bytes, write_bytes] this process (all its threads) has moved to/from storage so far, from Linux's
+    ``/proc/self/io`` (block-layer accounting: O_DIRECT/libaio I/O included, page-cache hits not); None
+    where unavailable."""
+    try:
+        fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+        return [int(fields["read_bytes"]), int(fields["write_bytes"])]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def peak_tflops(device_name: str | None) -> float | None:
     if not device_name:
         return None
@@ -853,6 +864,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         return eval_data is not None and (step == args.max_steps or bool(args.eval_steps and step % args.eval_steps == 0))
 
     last_step = start_step
+    io_first = None
     for step in range(start_step, args.max_steps):
         if cuda:
             torch.cuda.synchronize()
@@ -910,6 +922,8 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         rows.append(row)
         if args.report_to != "none":
             accelerator.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step + 1)
+        if step == start_step:
+            io_first = proc_io_bytes()  # storage I/O after the first step: steady-state traffic is measured from here
         if accelerator.is_main_process:
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -922,6 +936,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         if args.stop_after_step and last_step >= args.stop_after_step:
             break
 
+    io_span = [io_first, proc_io_bytes(), last_step - start_step - 1]
     finished = last_step >= args.max_steps
     if finished and args.final_save:
         save(last_step, final=True)
@@ -942,7 +957,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
 
     # ---- summary ----------------------------------------------------------------------------
     host_peaks = [None] * world
-    dist.all_gather_object(host_peaks, {"host": socket_name(), "peak": host_peak_rss_gib(),
+    dist.all_gather_object(host_peaks, {"host": socket_name(), "peak": host_peak_rss_gib(), "io": io_span,
                                         "gpu_alloc": torch.cuda.max_memory_allocated() / GIB if cuda else None,
                                         "gpu_reserved": torch.cuda.max_memory_reserved() / GIB if cuda else None})
     if accelerator.is_main_process:
@@ -1125,6 +1140,9 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
     summary.update(estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured,
                                                device_name is None, shape=shape,
                                                masked_attention=masked_attention(facts)))
+    if "nvme" in (summary["offload_optimizer"], summary["offload_param"]):
+        summary["nvme_io"] = nvme_io_summary(args, world, ds_config, precision, gradient_checkpointing,
+                                             summary["step_time_s"], device_name is None, host_peaks)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
 
@@ -1210,6 +1228,41 @@ def estimate_beside_measurement(args, world, ds_config, precision, gradient_chec
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
         return {"estimate": None, "estimate_vs_measured": None, "estimate_shape": basis,
                 "estimate_error": f"{type(exc).__name__}: {exc}"}
+
+
+def nvme_io_summary(args, world, ds_config, precision, gradient_checkpointing, step_time_s, on_cpu,
+                    host_peaks=()) -> dict:
+    """SSD traffic per step, the disk-only step-time floor on the bandwidth measured in the NVMe folder and
+    achieved/floor (:func:`cookbook.nvme.run_io_summary`), and the storage traffic the ranks really did
+    per step after the first (``/proc/self/io`` of every rank, summed per machine as the estimate is;
+    intermediate checkpoints and logs included); ``{"error": ...}`` when it cannot be computed."""
+    try:
+        from .nvme import run_io_summary
+        from .plan import Plan
+        zero = ds_config.get("zero_optimization") or {}
+        plan = Plan(model=str(args.model), num_gpus=world, seq_len=args.seq_len, micro_batch=args.micro_batch,
+                    grad_accum=args.grad_accum, precision=precision, zero_stage=zero.get("stage", 0),
+                    offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
+                    gradient_checkpointing=bool(gradient_checkpointing), nvme_path=args.nvme_path)
+        out = run_io_summary(plan, ds_config, step_time_s, bf16_states=bool(args.bf16_states),
+                             device="cpu" if on_cpu else "cuda")
+        spans = [h.get("io") for h in host_peaks if h]
+        by_host: dict[str, list[float]] = {}
+        if spans and all(sp and sp[0] and sp[1] and sp[2] > 0 for sp in spans):
+            for h, (first, last, n) in zip(host_peaks, spans):
+                acc = by_host.setdefault(h["host"], [0.0, 0.0])
+                acc[0] += (last[0] - first[0]) / n
+                acc[1] += (last[1] - first[1]) / n
+            read, write = max(v[0] for v in by_host.values()), max(v[1] for v in by_host.values())
+            est_r, est_w = out["read_bytes_per_step"], out["write_bytes_per_step"]
+            out["measured_disk_io"] = {
+                "read_gb_per_step": read / 1e9, "write_gb_per_step": write / 1e9, "steps": spans[0][2],
+                "estimate_read_error_pct": round(100 * (est_r - read) / read, 1) if read else None,
+                "estimate_write_error_pct": round(100 * (est_w - write) / write, 1) if write else None,
+                "source": "/proc/self/io read_bytes/write_bytes of every rank, steps after the first, per machine"}
+        return out
+    except Exception as exc:  # noqa: BLE001 - the summary must still be written
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":

@@ -257,3 +257,12 @@ def test_06_one_gpu_host_ram_reality_and_nvme(run_all):
     assert r["nvme_status"] in ("ok", "skipped")
     if r["nvme_status"] == "skipped":
         assert r["nvme_skipped_reason"]
+    # the NVMe road: 18 B/param of LLaMA-7B on the SSD (fp32 master, m, v, gradients + bf16 weights), host fits 64 GiB
+    road = r["nvme_road"]
+    assert road["disk_gib"] == pytest.approx(18 * 6_738_415_616 / 2**30, rel=1e-3) and road["fits_host"] is True
+    consumer = road["floors"][0]
+    assert consumer["SSD-only floor s/step"] == pytest.approx(
+        road["read_gb_per_step"] / 7.0 + road["write_gb_per_step"] / 6.5, abs=0.06)
+    if r["nvme_status"] == "ok":  # the rehearsal's own NVMe run: swap files and traffic as estimated
+        for row in r["nvme_run_check"]:
+            assert row["measured"] == pytest.approx(row["estimate"], rel=0.01), row
