@@ -39,7 +39,6 @@ import math
 import mmap
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
