@@ -20,6 +20,8 @@ import ctypes.util
 import os
 import re
 import socket
+import sys
+from pathlib import Path
 from typing import Mapping
 
 GIB = 2 ** 30
@@ -201,3 +203,14 @@ def default_precision() -> str:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001
         return "fp32"
+
+
+def extensions_dir() -> Path:
+    """Where DeepSpeed's JIT-built ops go: one folder per Python environment.
+
+    torch's default (``~/.cache/torch_extensions/py311_cpu``) is shared by every virtual environment of
+    the same Python; two environments with different include paths then rebuild the ops (CPU Adam,
+    fused Adam, the shared-memory comm op: minutes each) every time they alternate."""
+    import hashlib
+    tag = hashlib.sha1(sys.prefix.encode()).hexdigest()[:10]
+    return Path.home() / ".cache" / "torch_extensions" / f"cookbook-{tag}"

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hardware import default_precision, free_port, on_gpu_machine
+from .hardware import default_precision, extensions_dir, free_port, on_gpu_machine
 from .models import is_rehearsal_model
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import add_launch_arguments as _add_launch_arguments
@@ -356,17 +356,6 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
             return (f"--precision bf16: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
                     "or newer (Ampere, Ada, Hopper). Use --precision fp16 (with loss scaling) on this GPU")
     return None
-
-
-def extensions_dir() -> Path:
-    """Where DeepSpeed's JIT-built ops go: one folder per Python environment.
-
-    torch's default (``~/.cache/torch_extensions/py311_cpu``) is shared by every virtual environment of
-    the same Python; two environments with different include paths then rebuild the ops (CPU Adam,
-    fused Adam, the shared-memory comm op: minutes each) every time they alternate."""
-    import hashlib
-    tag = hashlib.sha1(sys.prefix.encode()).hexdigest()[:10]
-    return Path.home() / ".cache" / "torch_extensions" / f"cookbook-{tag}"
 
 
 def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:

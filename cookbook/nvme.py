@@ -39,7 +39,6 @@ import math
 import mmap
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -210,7 +209,7 @@ def async_io_available() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 - reported to the user
         return False, f"DeepSpeed's AsyncIOBuilder could not be asked ({type(exc).__name__}: {exc})"
     if not ok:
-        from .env import LIBAIO_PACKAGES
+        from .hardware import LIBAIO_PACKAGES
         return False, f"DeepSpeed's async_io op is not compatible here (libaio missing): {LIBAIO_PACKAGES}"
     return True, "DeepSpeed's async_io op is compatible (libaio found)"
 
@@ -222,7 +221,7 @@ def prepare_async_io(timeout_s: float = 1800.0) -> tuple[bool, str]:
     ok, why = async_io_available()
     if not ok:
         return ok, why
-    from .launch import extensions_dir
+    from .hardware import extensions_dir
     built = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or extensions_dir()) / "async_io"
     if (built / "async_io.so").is_file() and not (built / "lock").exists():
         return True, f"DeepSpeed's async_io op is built ({built})"
@@ -259,7 +258,7 @@ def _run_child(job: dict, timeout_s: float) -> tuple[list[dict], str]:
     cmd = [sys.executable, "-c", "from cookbook.nvme import _child_main; _child_main()", json.dumps(job)]
     env = dict(os.environ)
     if "TORCH_EXTENSIONS_DIR" not in env:  # the folder the cookbook's launched ranks build DeepSpeed's ops in
-        from .launch import extensions_dir
+        from .hardware import extensions_dir
         env["TORCH_EXTENSIONS_DIR"] = str(extensions_dir())
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -604,12 +603,16 @@ def sweep_settings(sweep: Mapping | None = None) -> list[dict]:
 def tune(path, *, io_size_mib: int = 64, time_limit_s: float = 120.0, sweep: Mapping | None = None,
          loops: int = 2, buffer_counts=(2, 5, 8), buffer_sizes=(DS_OFFLOAD_DEFAULTS["param_buffer_size"],),
          elem_size: int = 2, max_locked_mib: int = 2048, load_timeout_s: float = 600.0,
-         record: bool = True) -> dict:
+         record: bool = True, read_share: float = 0.5) -> dict:
     """Find DeepSpeed ``aio`` settings and parameter swap buffers that move data fastest on ``path``.
 
     1. aio sweep: each setting of :func:`sweep_settings` (DeepSpeed's defaults first) writes then reads
        ``io_size_mib`` MiB ``loops`` times after one warm-up with DeepSpeed's ``AIOHandle_Engine``; the
-       best is the highest read + write bandwidth (``perf_generate_param.generate_aio_param``'s rule).
+       best moves the plan's traffic fastest: least ``read_share / read_bw + (1 − read_share) / write_bw``
+       (``read_share`` = the fraction of the SSD bytes that are reads; ``cookbook estimate`` shows both
+       per step, e.g. 0.72 for LLaMA-7B at 2 × 8 micro-batches; 0.5 weighs them equally). DeepSpeed's
+       ``perf_generate_param.generate_aio_param`` ranks by read + write bandwidth instead, which can pick a
+       setting that reads slower for a faster write.
     2. buffer sweep, with the best aio settings: ``buffer_count`` buffers of ``buffer_size`` elements of
        ``elem_size`` bytes swapped out and in concurrently; the pick is the least locked host RAM whose
        read bandwidth is within 5 % of the best (parameters are read 2 × per micro-step, written once
@@ -638,6 +641,8 @@ def tune(path, *, io_size_mib: int = 64, time_limit_s: float = 120.0, sweep: Map
         raise NvmeError(f"--time-limit-s {time_limit_s!r}: give a positive number of seconds")
     if elem_size not in (2, 4):
         raise NvmeError(f"elem_size={elem_size!r}: 2 (bf16/fp16 parameters) or 4 (fp32)")
+    if isinstance(read_share, bool) or not isinstance(read_share, (int, float)) or not 0 <= read_share <= 1:
+        raise NvmeError(f"--read-share {read_share!r}: give the fraction of SSD traffic that is reads, 0 to 1")
     for name, values in (("--buffer-counts", buffer_counts), ("--buffer-sizes", buffer_sizes)):
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise NvmeError(f"{name} {list(values)!r}: give positive integers")
@@ -660,7 +665,7 @@ def tune(path, *, io_size_mib: int = 64, time_limit_s: float = 120.0, sweep: Map
             table.append({"aio": s, "read_gb_s": r["read_gb_s"] if r else None,
                           "write_gb_s": r["write_gb_s"] if r else None, "status": "ok" if r else "not run (time limit)"})
         done = [t for t in table if t["status"] == "ok"]
-        best = max(done, key=lambda t: t["read_gb_s"] + t["write_gb_s"])
+        best = min(done, key=lambda t: read_share / t["read_gb_s"] + (1 - read_share) / t["write_gb_s"])
         default = table[0] if table[0]["status"] == "ok" else None
         spent = time.perf_counter() - t0
         load_s = next((r["load_s"] for r in rows if r.get("event") == "loaded"), 0.0)
@@ -704,6 +709,7 @@ def tune(path, *, io_size_mib: int = 64, time_limit_s: float = 120.0, sweep: Map
         "stopped_early": any(t["status"] != "ok" for t in table) or any(b["status"].startswith("not run")
                                                                          for b in buffers),
         "path": str(folder.resolve()), "io_size_bytes": io_size, "loops": loops, "time_limit_s": time_limit_s,
+        "read_share": read_share,
         "elem_size": elem_size, "seconds": round(time.perf_counter() - t0, 2), "op_load_s": load_s,
         "method": "DeepSpeed's ds_io engine (deepspeed.nvme.ds_aio_handle.AIOHandle_Engine) for aio settings; "
                   "deepspeed.runtime.swap_tensor.utils.swap_out_tensors/swap_in_tensors for swap buffers",
@@ -969,7 +975,7 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
     """
     if "nvme" not in (plan.offload_optimizer, plan.offload_param):
         return None
-    from .memory import _bytes_per_state, _pow2, _tensor_numels
+    from .sizes import _bytes_per_state, _pow2, _tensor_numels
     if spec is None:
         from .models import model_spec
         spec = model_spec(plan.model)
@@ -1233,7 +1239,7 @@ def _csv_ints(text: str) -> list[int]:
 
 
 def _run_cli(args) -> int:
-    from .dsconfig import stdout_to_stderr
+    import contextlib
     try:
         sweep = None
         if args.sweep_config:
@@ -1241,11 +1247,11 @@ def _run_cli(args) -> int:
                 sweep = json.loads(Path(args.sweep_config).read_text())
             except (OSError, json.JSONDecodeError) as exc:
                 raise NvmeError(f"--sweep-config {args.sweep_config}: cannot be read as JSON ({exc})") from None
-        with stdout_to_stderr():
+        with contextlib.redirect_stdout(sys.stderr):  # the JSON owns stdout
             result = tune(args.path, io_size_mib=args.io_size_mib, time_limit_s=args.time_limit_s, sweep=sweep,
                           loops=args.loops, buffer_counts=_csv_ints(args.buffer_counts),
                           buffer_sizes=_csv_ints(args.buffer_sizes), max_locked_mib=args.max_locked_mib,
-                          elem_size=4 if args.fp32 else 2)
+                          elem_size=4 if args.fp32 else 2, read_share=args.read_share)
     except NvmeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1259,14 +1265,15 @@ def _run_cli(args) -> int:
     else:
         sys.stdout.write(text)
     if args.facts:
-        from .env import dump_facts, load_facts, FactsError
+        # the facts file is plain JSON (cookbook env --dump-facts writes it; env validates it when it loads it)
         try:
-            facts = load_facts(args.facts) if Path(args.facts).is_file() else {}
-        except FactsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            facts = json.loads(Path(args.facts).read_text()) if Path(args.facts).is_file() else {}
+        except (OSError, ValueError) as exc:
+            print(f"error: --facts {args.facts}: cannot be read as JSON ({exc}); give a facts file written by "
+                  "`cookbook env --dump-facts` or a new path", file=sys.stderr)
             return 2
         facts["nvme_tuned"] = {k: result[k] for k in ("aio", "offload_param", "measured", "path", "measured_at")}
-        dump_facts(facts, args.facts)
+        Path(args.facts).write_text(json.dumps(facts, indent=1, default=str) + "\n")
     m = result["measured"]
     sp = m["speedup_vs_default"]
     print(f"best aio {json.dumps(result['aio'])}: read {m['best']['read_gb_s']:.2f} GB/s, write "
@@ -1300,6 +1307,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-locked-mib", type=int, default=2048,
                    help="skip buffer settings that would lock more host RAM than this (default 2048)")
     p.add_argument("--fp32", action="store_true", help="fp32 parameters (4-byte swap elements) instead of 16-bit")
+    p.add_argument("--read-share", type=float, default=0.5,
+                   help="fraction of the run's SSD bytes that are reads (cookbook estimate shows read and write GB "
+                        "per step); the best setting minimises read_share/read_bw + (1-read_share)/write_bw (default 0.5)")
     p.add_argument("--facts", default=None, help="also store the result in this facts file (key nvme_tuned)")
     p.set_defaults(func=_run_cli)
 
