@@ -746,6 +746,18 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     if not quiet:
         for line in describe_inputs(facts):
             print(line, flush=True)
+        for flag, every in (("--save-steps", save_steps), ("--eval-steps", eval_steps)):
+            if every and every > max_steps:
+                print(f"[schedule] note: {flag} {every} is more than the run's {max_steps} steps: nothing is "
+                      f"{'saved' if flag == '--save-steps' else 'evaluated'} before the last step", flush=True)
+        if not is_rehearsal_model(plan.model):
+            default = Plan()
+            kept = [f"{flag} {getattr(plan, f)}" for f, flag in (("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
+                                                                ("grad_accum", "--grad-accum"))
+                    if ((f not in stated) if stated is not None else getattr(plan, f) == getattr(default, f))]
+            if kept:
+                print(f"[plan] note: {', '.join(kept)} are the defaults (sized for the CPU rehearsal), not chosen for "
+                      f"{plan.model}; `cookbook estimate ... --sweep` finds a batch shape that fits", flush=True)
         if plan.gradient_checkpointing != default_gradient_checkpointing(plan.model, on_gpu):
             print(f"[model] gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}, as the plan says "
                   f"(the default for {plan.model} {'here' if on_gpu else 'on CPU ranks'} would be "
@@ -1122,6 +1134,8 @@ def _cli(args) -> int:
         for dest, value in from_file.items():
             if dest not in explicit:
                 setattr(args, dest, value)
+        # what the run file sets was chosen by the user, as much as a typed flag
+        args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
     on_gpu = on_gpu_machine()
     rehearsal = is_rehearsal_model(args.model)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
