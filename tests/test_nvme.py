@@ -305,6 +305,7 @@ def test_two_rank_cpu_rehearsal_with_nvme_offload(aio_op, swap_llama, tmp_path):
     # de-duplication; "param 20 already assigned swap buffer id 3"); a tiny model always hits it
     zero["stage3_prefetch_bucket_size"] = 0
     res = launch(plan, tmp_path / "run", config=cfg, max_steps=3, lr=1e-3, warmup_steps=1, final_save=False,
+                 tokenizer="shipped",  # a config-only test model: the shipped tokenizer, on purpose
                  hang_timeout_s=600)
     assert res.status == "ok", res.message
     assert math.isfinite(res.summary["last_loss"])
