@@ -214,3 +214,15 @@ def extensions_dir() -> Path:
     import hashlib
     tag = hashlib.sha1(sys.prefix.encode()).hexdigest()[:10]
     return Path.home() / ".cache" / "torch_extensions" / f"cookbook-{tag}"
+
+
+def cpu_fp16_supported() -> bool:
+    """Whether DeepSpeed's CPU accelerator computes in fp16 on this CPU (``deepspeed/accelerator/
+    cpu_accelerator.py`` ``is_fp16_supported``: ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``, true on
+    CPUs with AVX512-FP16/AMX-FP16). Without it ``engine._do_sanity_check`` raises "Type fp16 is not
+    supported on your device"."""
+    try:
+        import torch
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # noqa: BLE001
+        return False

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hardware import default_precision, extensions_dir, free_port, on_gpu_machine
+from .hardware import cpu_fp16_supported, default_precision, extensions_dir, free_port, on_gpu_machine
 from .models import is_rehearsal_model
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import add_launch_arguments as _add_launch_arguments
@@ -332,12 +332,8 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
     * a GPU below compute capability 8.0 and ``bf16`` (``torch.cuda.is_bf16_supported``).
     """
     if not on_gpu and precision == "fp16":
-        try:
-            import torch
-            if torch.ops.mkldnn._is_mkldnn_fp16_supported():
-                return None
-        except Exception:  # noqa: BLE001 - no oneDNN fp16: refuse
-            pass
+        if cpu_fp16_supported():  # the same test as the linter's machine rule (cookbook.hardware)
+            return None
         return ("--precision fp16: this machine has no NVIDIA GPU and DeepSpeed's CPU accelerator cannot train in "
                 "fp16 on this CPU (CPU_Accelerator.is_fp16_supported() is False: no oneDNN fp16). Use --precision "
                 "bf16 or fp32 for the CPU rehearsal; fp16 is for GPUs older than Ampere")

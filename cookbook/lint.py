@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from .dsconfig import config_world_size  # noqa: F401 - re-exported
+from .hardware import cpu_fp16_supported
 from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
 
@@ -1379,18 +1380,6 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
                     f"{type(exc).__name__}: {exc}", "fix the errors above and lint again")
     findings = ctx.findings if not pre else [f for f in ctx.findings if f.path not in {p.path for p in pre}]
     return LintReport(pre + findings, source=source, readable=readable, resolved=resolved)
-
-
-def cpu_fp16_supported() -> bool:
-    """Whether DeepSpeed's CPU accelerator computes in fp16 on this CPU (``deepspeed/accelerator/
-    cpu_accelerator.py`` ``is_fp16_supported``: ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``, true on
-    CPUs with AVX512-FP16/AMX-FP16). Without it ``engine._do_sanity_check`` raises "Type fp16 is not
-    supported on your device"."""
-    try:
-        import torch
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _machine_gpu() -> str | None:
