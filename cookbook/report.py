@@ -133,6 +133,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
                                      if central else ""),
                      "hardware": ("CPU rehearsal" if res.get("rehearsal") else "GPU") if res else "",
                      "target": (res or {}).get("target", ""), "duration s": rounded(e.get("duration_s"), 1),
+                     "run-all": f"earlier ({e['earlier_run']})" if e.get("earlier_run") else "this one",
                      "problem": problem})
     parts.append("<h2>Notebooks</h2><p>Status <code>unexpected</code>: every cell ran, but the run the notebook's "
                  "story rests on did not end as the notebook expected (or none was recorded).</p>"

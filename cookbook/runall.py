@@ -482,16 +482,51 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
     finally:
         if bar is not None:
             bar.close()
+    entries = [asdict(r) for r in runs]
+    if only:  # the notebooks not picked keep their earlier results in this folder (report and run-all.json)
+        entries = merge_earlier(out, entries, [nb.stem for nb in every])
     report_path = None
     if report:
         from .report import write_html_report
-        report_path = str(write_html_report(out, [asdict(r) for r in runs]))
+        report_path = str(write_html_report(out, entries))
     summary = {"written": _dt.datetime.now().isoformat(timespec="seconds"), "output_dir": str(out),
                "ok": all(r.status == "ok" for r in runs), "report": report_path,
                "params_file": str(params_file) if params_file else None,
-               "notebooks": [asdict(r) for r in runs]}
+               "ran_now": [r.name for r in runs], "notebooks": entries}
     (out / "run-all.json").write_text(json.dumps(summary, indent=1, default=str))
     return RunAllResult(output_dir=str(out), runs=tuple(runs), report=report_path)
+
+
+def merge_earlier(out: Path, entries: list[dict], order: list[str]) -> list[dict]:
+    """Add the notebooks an earlier ``run-all`` wrote into ``out`` that this one (``--only``) did not run.
+
+    ``run-all --only 06`` into a folder that already holds 00-05 must not drop them from the report: each
+    earlier entry of ``out/run-all.json`` whose ``results.json`` is still in ``out/NAME/`` is kept, re-rooted
+    at ``out`` (the folder may have been moved or copied from another machine) and marked
+    ``earlier_run`` with that run-all's date. Entries come back in notebook order.
+
+    Args:
+        out: the run-all output folder. entries: this invocation's entries (``asdict(NotebookRun)``).
+        order: every notebook name, in order.
+
+    Returns:
+        the merged entries (this run's win).
+    """
+    index = out / "run-all.json"
+    try:
+        earlier = json.loads(index.read_text())
+    except (OSError, ValueError):
+        return entries
+    now = {e["name"]: e for e in entries}
+    kept = {}
+    for e in earlier.get("notebooks") or []:
+        name = e.get("name")
+        if name in now or name not in order or not (out / name / "results.json").is_file():
+            continue
+        e = dict(e, output_dir=str(out / name), executed=str(out / f"{name}.ipynb"),
+                 earlier_run=e.get("earlier_run") or earlier.get("written"))
+        kept[name] = e
+    return [now.get(n) or kept[n] for n in order if n in now or n in kept]
 
 
 def console_line(run: NotebookRun) -> str:

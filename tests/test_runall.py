@@ -118,6 +118,20 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
     assert summary["notebooks"][1]["error"]["cell"] == 4
     html_text = (out / "report.html").read_text()
     assert "ran 7 steps" in html_text and "boom in cell 3" in html_text
+    # `--only 01` into the same folder (moved elsewhere first) keeps 00's earlier results in the report
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(moved), "--only", "01", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary2 = json.loads((moved / "run-all.json").read_text())
+    assert summary2["ran_now"] == ["01_bad"]
+    assert [n["name"] for n in summary2["notebooks"]] == ["00_good", "01_bad"]
+    kept = summary2["notebooks"][0]
+    assert kept["earlier_run"] == summary["written"] and kept["output_dir"] == str(moved.resolve() / "00_good")
+    html_text = (moved / "report.html").read_text()
+    assert "ran 7 steps" in html_text and f"earlier ({summary['written']})" in html_text
 
 
 # ----------------------------------------------------------------------------------------------
