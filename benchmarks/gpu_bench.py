@@ -125,9 +125,15 @@ class Rung:
     expect: str = "ok"                # "ok" or "gpu_oom": what the estimate predicts / the story needs
     weights: bool = False             # load random weights saved once on this machine (fast start, ZeRO-1/2)
     data: str = "long"                # "long": the synthetic full-length set; "chat": the shipped chats, packed
+    nvme_path: str = ""               # NVMe offload: the swap folder (the suite's nvme_prepare folder, tuned there)
+    aio: str = ""                     # NVMe offload: "default" (DeepSpeed's aio block) or "tuned" (this call's nvme-tune)
 
 
 LLAMA3B = str(MODELS / "llama-3b")
+LLAMA1B = str(MODELS / "llama-1b")
+LLAMA134M = str(MODELS / "llama-134m")
+NVME_DIR = "/tmp/cookbook_nvme"   # on the one-GPU H200: /dev/vda (ext4), 64 GiB free
+NVME_TUNE_FILE = "nvme_tune.json"  # in the driver's --work folder: this call's `cookbook nvme-tune` result
 QWEN3B = str(MODELS / "qwen2.5-3b")
 
 
@@ -201,6 +207,7 @@ def gpu_suites() -> dict:
         "calib": calib_suite(lanes=1),
         "calib2": calib_suite(lanes=2),
         "calib-fast": calib_fast_suite(),
+        "nvme": nvme_suite(),
     }
 
 
@@ -254,12 +261,52 @@ def calib_fast_suite() -> list:
     return [{"A": rungs}]
 
 
+def nvme_suite() -> list:
+    """``nvme`` (issue 18 item 3, one H200 capped at 24 GiB, one device call of ~520 s): ZeRO-3 with optimizer AND
+    parameters on NVMe, fp32 optimizer states (DeepSpeed 0.19.8 refuses bf16 states with NVMe), the shipped chats
+    packed into full rows of 1024 tokens, micro batch 4, no accumulation; in this order:
+
+    1. ``nvme_prepare``: DeepSpeedCPUAdam and the async I/O op JIT-built, then ``cookbook.nvme.tune`` on the swap
+       folder (bounded time; ``read_share`` from the 1.1B plan's estimate); its best aio block and the default's
+       bandwidth are recorded in the folder (the runs' step-time floors use them) and in results.json;
+    2. ``nvme-134m-default``: a 134M LLaMA shape (``benchmarks/models/llama-134m``), the small point of the
+       host-RAM fit (fixed + per parameter, extrapolated to LLaMA-7B: ``benchmarks/nvme_reference.py``);
+    3. ``nvme-1b-default`` and 4. ``nvme-1b-tuned``: the 1.1B LLaMA shape (18.4 GiB on the disk, SSD-only floor
+       ~30 s/step on this disk), DeepSpeed's default aio block, then this call's tuned one; 3 steps each
+       (s/step = median of the steps after the first);
+    5. ``nvme-3b-tuned``: the 3.4B shape (57 GiB of the 64 GiB free), 2 steps, only when time remains (a step took
+       > 100 s before): likely stopped by the deadline, its partial record says so.
+
+    The swap folder is measured (bytes of DeepSpeed's files) and emptied after every rung."""
+    N = dict(group="nvme", zero_stage=3, offload_optimizer="nvme", offload_param="nvme", bf16_states=False,
+             data="chat", seq_len=1024, micro_batch=4, grad_accum=1, nvme_path=NVME_DIR)
+    return [("nvme_prepare", {"folder": NVME_DIR, "time_limit_s": 45.0, "io_size_mib": 256, "loops": 2,
+                              "read_share_model": LLAMA1B, "buffer_counts": (2, 5, 8), "buffer_sizes": (10 ** 8,)}),
+            {"A": [Rung("nvme-134m-default", model=LLAMA134M, aio="default", max_steps=4, timeout_s=150, **N),
+                   Rung("nvme-1b-default", model=LLAMA1B, aio="default", max_steps=3, timeout_s=260, **N),
+                   Rung("nvme-1b-tuned", model=LLAMA1B, aio="tuned", max_steps=3, timeout_s=260, **N),
+                   Rung("nvme-3b-tuned", model=LLAMA3B, aio="tuned", max_steps=2, timeout_s=300, **N)]}]
+
+
+def tiny_phase(phase):
+    """The ``--tiny`` form of a suite phase (rungs through :func:`tiny`; the NVMe tune small and short)."""
+    if isinstance(phase, dict):
+        return {k: [tiny(r) for r in v] for k, v in phase.items()}
+    if isinstance(phase, tuple) and phase[0] == "prepare":
+        return ("prepare", tuple(sorted({"tiny-qwen2" if "qwen" in Path(m).name else "tiny-llama" for m in phase[1]})))
+    if isinstance(phase, tuple) and phase[0] == "nvme_prepare":
+        return ("nvme_prepare", dict(phase[1], folder="/tmp/cookbook_nvme_tiny", time_limit_s=20.0, io_size_mib=16,
+                                     read_share_model="tiny-llama", buffer_counts=(2, 5), buffer_sizes=(2 ** 20,)))
+    return phase
+
+
 def tiny(rung: Rung) -> Rung:
     """The CPU check of a GPU rung: the tiny model of the same architecture, sequences 16× shorter
     (at least 64 tokens), 2 steps."""
     model = "tiny-qwen2" if "qwen" in Path(rung.model).name else "tiny-llama"
+    nvme = {"nvme_path": "/tmp/cookbook_nvme_tiny"} if rung.nvme_path else {}
     return dataclasses.replace(rung, model=model, seq_len=max(64, rung.seq_len // 16), max_steps=2, lr=3e-3,
-                               timeout_s=400)
+                               timeout_s=400, **nvme)
 
 
 def rehearsal_suite() -> list:
@@ -308,8 +355,23 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     plan = Plan(model=model, num_gpus=rung.num_gpus, gpu_memory_gib=24.0, seq_len=rung.seq_len,
                 micro_batch=rung.micro_batch, grad_accum=rung.grad_accum, precision=precision,
                 zero_stage=rung.zero_stage, offload_optimizer=rung.offload_optimizer,
-                offload_param=rung.offload_param, gradient_checkpointing=True)
+                offload_param=rung.offload_param, gradient_checkpointing=True,
+                nvme_path=rung.nvme_path or None)
     bf16_states = rung.bf16_states and precision == "bf16"
+    nvme = "nvme" in (rung.offload_optimizer, rung.offload_param)
+    aio_arg = None
+    if nvme:
+        if rung.aio not in ("default", "tuned") or not rung.nvme_path:
+            raise ValueError(f"rung {rung.name}: NVMe offload needs nvme_path and aio 'default' or 'tuned' "
+                             f"(got nvme_path={rung.nvme_path!r}, aio={rung.aio!r})")
+        Path(rung.nvme_path).mkdir(parents=True, exist_ok=True)
+        if rung.aio == "tuned":
+            tuned = run_dir.parent.parent / NVME_TUNE_FILE
+            if not tuned.is_file():
+                return {"name": rung.name, "group": rung.group, "rung": dataclasses.asdict(rung), "status": "not_run",
+                        "message": f"no tuned aio block: this call's nvme-tune did not produce {tuned} (see the "
+                                   "nvme-tune record)", "expected": rung.expect}
+            aio_arg = str(tuned)
     changes: list[str] = []
     if rung.stock:
         from benchmarks.stock import resolve
@@ -317,7 +379,7 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
     else:
         from cookbook.dsconfig import build_config
         config = build_config(plan, "accelerate", lr=rung.lr, warmup_steps=1, total_steps=rung.max_steps,
-                              bf16_states=bf16_states)
+                              bf16_states=bf16_states, aio=aio_arg)
     if rung.offload_optimizer == "none" and "optimizer" in config:
         # DeepSpeed's FusedAdam is JIT-built with nvcc on first use (a minute, and DeepSpeed 0.19.8
         # cannot parse torch 2.11's '9.0a' arch names without TORCH_CUDA_ARCH_LIST); torch's AdamW
@@ -367,7 +429,137 @@ def run_rung(rung: Rung, run_dir: Path, dataset: Path, on_gpu: bool) -> dict:
             "tokens_per_micro_batch_mean", "tokens_per_micro_batch_max", "row_note", "attention", "rows",
             "estimate_shape")},
     }
+    if nvme:
+        record["nvme"] = nvme_record(rung, plan, config, summary, record, on_gpu, aio_arg)
     return record
+
+
+def swap_folder_bytes(folder) -> dict:
+    """Bytes DeepSpeed left in an NVMe swap folder: ``files`` (sum of sizes), ``allocated`` (blocks on the
+    disk, ``st_blocks`` × 512) and ``swp`` (the ``*.swp`` swap files under ``zero_stage_3``, what
+    ``cookbook.nvme.check_run`` counts); the bandwidth record and this call's tune file are not counted."""
+    from cookbook.nvme import BANDWIDTH_RECORD
+    files = alloc = swp = 0
+    root = Path(folder)
+    for f in (root.rglob("*") if root.is_dir() else []):
+        if f.is_file() and f.name != BANDWIDTH_RECORD:
+            st = f.stat()
+            files += st.st_size
+            alloc += st.st_blocks * 512
+            if f.suffix == ".swp" and "zero_stage_3" in f.parts:
+                swp += st.st_size
+    return {"files": files, "allocated": alloc, "swp": swp}
+
+
+def empty_swap_folder(folder) -> None:
+    """Delete everything in the swap folder but the bandwidth record (the disk has 64 GiB free)."""
+    from cookbook.nvme import BANDWIDTH_RECORD
+    root = Path(folder)
+    for f in (root.iterdir() if root.is_dir() else []):
+        if f.name == BANDWIDTH_RECORD:
+            continue
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
+
+
+def _pct(est, meas):
+    return round(100.0 * (est - meas) / meas, 1) if est is not None and meas else None
+
+
+def nvme_record(rung: Rung, plan, config: dict, summary: dict, record: dict, on_gpu: bool, aio_arg) -> dict:
+    """The NVMe facts of a finished (or stopped) rung, measured before the swap folder is emptied: disk bytes vs
+    ``estimate_nvme(...).disk_bytes``, host peak vs the memory estimate (±15 % target), SSD bytes read/written per
+    step (the summary's ``/proc/self/io`` counters) vs the estimate, s/step and tokens/s (median of the steps
+    after the first, as the summary has them), achieved/floor on the bandwidth this call measured in the folder."""
+    from cookbook.nvme import check_run, estimate_nvme, recorded_bandwidth
+    device = "cuda" if on_gpu else "cpu"
+    disk = swap_folder_bytes(rung.nvme_path)
+    out: dict = {"aio_setting": rung.aio, "aio": config.get("aio"), "aio_source": aio_arg,
+                 "nvme_path": rung.nvme_path,
+                 "offload_param": (config.get("zero_optimization") or {}).get("offload_param"),
+                 "offload_optimizer": (config.get("zero_optimization") or {}).get("offload_optimizer"),
+                 "disk_bytes_measured": disk["swp"], "disk_bytes_files": disk["files"],
+                 "disk_bytes_allocated": disk["allocated"]}
+    try:
+        est = estimate_nvme(plan, ds_config=config, device=device)
+        bw = recorded_bandwidth(rung.nvme_path, config.get("aio"))
+        out.update(disk_bytes_estimate=est.disk_bytes, disk_error_pct=_pct(est.disk_bytes, disk["swp"]),
+                   nvme_host_buffers_estimate_gib=est.host_bytes / GIB, estimate=est.to_dict(bw), bandwidth=bw,
+                   read_bytes_per_step_estimate=est.read_bytes_per_step,
+                   write_bytes_per_step_estimate=est.write_bytes_per_step)
+        table = check_run(plan, config, summary, device=device)
+        out["check_run"] = json.loads(table.to_json(orient="records"))
+    except Exception as exc:  # noqa: BLE001 - the record must still be written
+        out["estimate_error"] = f"{type(exc).__name__}: {exc}"
+    io = summary.get("nvme_io") or {}
+    m = io.get("measured_disk_io") or {}
+    out.update(read_gb_per_step_measured=m.get("read_gb_per_step"), write_gb_per_step_measured=m.get("write_gb_per_step"),
+               io_steps=m.get("steps"), read_error_pct=m.get("estimate_read_error_pct"),
+               write_error_pct=m.get("estimate_write_error_pct"))
+    host_est = (record.get("estimate") or {}).get("host_total_gib")
+    host = record.get("host_peak_gib")
+    out.update(host_peak_gib=host, host_estimate_gib=host_est, host_error_pct=_pct(host_est, host),
+               host_within_15pct=(abs(_pct(host_est, host)) <= 15.0) if host_est is not None and host else None)
+    step = summary.get("step_time_s")
+    out.update(s_per_step=step, tokens_per_s=summary.get("tokens_per_s"),
+               timed_steps=max(0, len(record.get("step_times_s") or []) - 1),
+               step_basis="median of the optimizer steps after the first (cookbook.train summary)")
+    fl = (out.get("estimate") or {}).get("floor_measured_disk")
+    if fl and step:
+        out.update(floor_serial_s=fl["floor_serial_s"], floor_overlap_s=fl["floor_overlap_s"],
+                   achieved_over_floor=fl["floor_serial_s"] / step,
+                   achieved_over_floor_overlap=fl["floor_overlap_s"] / step)
+    elif fl:
+        out.update(floor_serial_s=fl["floor_serial_s"], floor_overlap_s=fl["floor_overlap_s"])
+    empty_swap_folder(rung.nvme_path)
+    out["swap_folder_emptied"] = True
+    return out
+
+
+def _nvme_tune_child(argv) -> int:
+    """Child of :meth:`Driver.nvme_prepare`: build/load the async I/O op, estimate the read share of the plan's SSD
+    traffic, run ``cookbook.nvme.tune``, write the tune file and a result record."""
+    job = json.loads(argv[0])
+    t0 = time.time()
+    rec: dict = {"status": "failed"}
+    try:
+        from cookbook.nvme import estimate_nvme, prepare_async_io, tune
+        ok, why = prepare_async_io(timeout_s=600)
+        rec.update(async_io=why, async_io_build_s=round(time.time() - t0, 1))
+        if not ok:
+            rec["message"] = f"DeepSpeed's async I/O op is not usable: {why}"
+            return 0
+        from cookbook.dsconfig import build_config
+        from cookbook.plan import Plan
+        on_gpu = bool(job["on_gpu"])
+        plan = Plan(model=job["read_share_model"], num_gpus=1, gpu_memory_gib=24.0, seq_len=1024 if on_gpu else 64,
+                    micro_batch=4, grad_accum=1, precision="bf16" if on_gpu else "fp32", zero_stage=3,
+                    offload_optimizer="nvme", offload_param="nvme", gradient_checkpointing=True,
+                    nvme_path=job["folder"])
+        est = estimate_nvme(plan, ds_config=build_config(plan, "accelerate", lr=2e-5, warmup_steps=1, total_steps=3),
+                            device="cuda" if on_gpu else "cpu")
+        total = est.read_bytes_per_step + est.write_bytes_per_step
+        read_share = round(est.read_bytes_per_step / total, 3) if total else 0.5
+        rec.update(read_share=read_share, read_share_plan=plan.label,
+                   read_gb_per_step_estimate=est.read_bytes_per_step / 1e9,
+                   write_gb_per_step_estimate=est.write_bytes_per_step / 1e9)
+        t1 = time.time()
+        result = tune(job["folder"], io_size_mib=int(job["io_size_mib"]), time_limit_s=float(job["time_limit_s"]),
+                      loops=int(job["loops"]), buffer_counts=tuple(job["buffer_counts"]),
+                      buffer_sizes=tuple(job["buffer_sizes"]), elem_size=2 if on_gpu else 4, read_share=read_share,
+                      load_timeout_s=600)
+        rec.update(status="ok", tune=result, tune_s=round(time.time() - t1, 1),
+                   message=f"best aio {json.dumps(result['aio'])}, offload_param {result['offload_param']}")
+        Path(job["tune_file"]).write_text(json.dumps(result, indent=1))
+    except Exception as exc:  # noqa: BLE001 - reported in results.json
+        import traceback
+        rec.update(status="failed", message=f"{type(exc).__name__}: {exc}", traceback_tail=traceback.format_exc()[-3000:])
+    finally:
+        rec["seconds"] = round(time.time() - t0, 1)
+        Path(job["result"]).write_text(json.dumps(rec, indent=1, default=str))
+    return 0
 
 
 def _rung_child(argv) -> int:
@@ -494,6 +686,16 @@ class Driver:
                 tail = (self.work / f"{rung.name}.child.log").read_text()[-3000:]
                 rec = {"name": rung.name, "group": rung.group, "rung": dataclasses.asdict(rung), "status": "driver_error",
                        "message": f"the rung's child wrote no result (exit {proc.returncode})", "child_log_tail": tail}
+            if rung.nvme_path:
+                left_on_disk = swap_folder_bytes(rung.nvme_path)
+                if not isinstance(rec.get("nvme"), dict):  # stopped before run_rung measured it: measure here
+                    rec["nvme"] = {"aio_setting": rung.aio, "nvme_path": rung.nvme_path,
+                                   "disk_bytes_measured": left_on_disk["swp"], "disk_bytes_files": left_on_disk["files"],
+                                   "disk_bytes_allocated": left_on_disk["allocated"],
+                                   "note": "measured by the driver after the rung stopped (swap files of an unfinished "
+                                           "run)"}
+                empty_swap_folder(rung.nvme_path)
+                rec["nvme"]["swap_folder_emptied"] = True
             rec["wall_s"] = round(time.time() - t, 1)
             rec["lane"] = lane
             with LOCK:
@@ -524,6 +726,57 @@ class Driver:
             p.wait()
         self.log(f"prepare: done, exit codes {[p.returncode for p in procs + [jit]]}")
 
+    def nvme_prepare(self, spec: dict) -> None:
+        """Issue 18: build DeepSpeedCPUAdam (JIT, in the background) and DeepSpeed's async I/O op, then tune the aio
+        settings on the swap folder with ``cookbook.nvme.tune`` (bounded by ``spec["time_limit_s"]``), in a child
+        process; the result goes into ``--work``/:data:`NVME_TUNE_FILE` (the ``aio: "tuned"`` rungs' block) and
+        results.json (record ``nvme-tune``)."""
+        folder = Path(spec["folder"])
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        tune_file = self.work / NVME_TUNE_FILE
+        tune_file.unlink(missing_ok=True)
+        result_path = self.work / "nvme_tune.result.json"
+        result_path.unlink(missing_ok=True)
+        self.log(f"nvme_prepare: cpu_adam build (background), async_io build, nvme-tune on {folder} "
+                 f"({shutil.disk_usage(folder).free / GIB:.1f} GiB free)")
+        from cookbook.launch import extensions_dir
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
+        t = time.time()
+        jit = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import CPUAdamBuilder; "
+                                "CPUAdamBuilder().load(); print('cpu_adam loaded')"], cwd=ROOT, env=env,
+                               stdout=open(self.work / "jit_cpu_adam.log", "w"), stderr=subprocess.STDOUT)
+        job = dict(spec, on_gpu=self.on_gpu, tune_file=str(tune_file), result=str(result_path))
+        limit = max(60.0, min(spec["time_limit_s"] * 2 + 420, self.deadline - time.time() - 60))
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.gpu_bench", "_nvme_tune", json.dumps(job)], cwd=ROOT,
+                                env=env, start_new_session=True, stdout=open(self.work / "nvme_tune.log", "w"),
+                                stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        try:
+            jit.wait(timeout=max(30.0, min(300.0, self.deadline - time.time() - 60)))
+        except subprocess.TimeoutExpired:
+            jit.kill()
+            jit.wait()
+        log_tail = (self.work / "nvme_tune.log").read_text()[-3000:]
+        if result_path.is_file():
+            rec = json.loads(result_path.read_text())
+        else:
+            rec = {"status": "failed", "message": f"the tune child wrote no result (exit {proc.returncode}, limit "
+                                                  f"{limit:.0f} s)", "log_tail": log_tail}
+        rec.update(name="nvme-tune", group="nvme_tune", wall_s=round(time.time() - t, 1), spec=spec,
+                   cpu_adam_exit=jit.returncode, cpu_adam_log_tail=(self.work / "jit_cpu_adam.log").read_text()[-1500:],
+                   tune_log_tail=log_tail[-1500:], concurrent="DeepSpeedCPUAdam was compiling while the tune ran")
+        with LOCK:
+            self.results.append(rec)
+        m = (rec.get("tune") or {}).get("measured") or {}
+        self.log(f"nvme_prepare: {rec['status']} in {rec['wall_s']} s — {str(rec.get('message'))[:200]}; best "
+                 f"{(rec.get('tune') or {}).get('aio')}: {m.get('best')}, default {m.get('deepspeed_default')}")
+        self.save()
+
     def run(self, suite: list) -> None:
         for phase in suite:
             if phase == "ceilings":
@@ -531,6 +784,9 @@ class Driver:
                 continue
             if isinstance(phase, tuple) and phase[0] == "prepare":
                 self.prepare(list(phase[1]))
+                continue
+            if isinstance(phase, tuple) and phase[0] == "nvme_prepare":
+                self.nvme_prepare(dict(phase[1]))
                 continue
             threads = [threading.Thread(target=self.run_lane, args=(lane, rungs)) for lane, rungs in phase.items()]
             for th in threads:
@@ -545,8 +801,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_rung":
         return _rung_child(argv[1:])
+    if argv and argv[0] == "_nvme_tune":
+        return _nvme_tune_child(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", required=True, help="call1, call2, smoke, calib, calib2 (GPU) or rehearsal (CPU)")
+    p.add_argument("--suite", required=True,
+                   help="call1, call2, smoke, calib, calib2, calib-fast, nvme (GPU) or rehearsal (CPU)")
     p.add_argument("--tiny", action="store_true",
                    help="run the suite's rungs with tiny models of the same architectures (a CPU check of the suite)")
     p.add_argument("--out", required=True, help="folder for results.json, ceilings.json, logs")
@@ -569,9 +828,7 @@ def main(argv=None) -> int:
         suite = [ph if not isinstance(ph, dict) else {k: [r for r in v if r.name in keep] for k, v in ph.items()}
                  for ph in suite]
     if a.tiny:
-        suite = [{k: [tiny(r) for r in v] for k, v in ph.items()} if isinstance(ph, dict) else
-                 ("prepare", tuple(sorted({"tiny-qwen2" if "qwen" in Path(m).name else "tiny-llama" for m in ph[1]})))
-                 if isinstance(ph, tuple) else ph for ph in suite]
+        suite = [tiny_phase(ph) for ph in suite]
     driver = Driver(Path(a.out), Path(a.work), a.deadline_s, on_gpu)
     driver.log(f"suite {a.suite}, on_gpu={on_gpu}, deadline {a.deadline_s:.0f} s")
     driver.run(suite)

@@ -1191,13 +1191,35 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
                           gb("write_gb_per_step"))], columns=["quantity", "estimate", "measured"])
 
 
-def reference_runs(folder=None, pattern: str = "*nvme*.json"):
-    """Measured NVMe runs shipped under ``data/reference/`` (files whose name contains ``nvme``), one row per
-    record, as a pandas DataFrame (empty when there are none).
+#: Columns of :func:`reference_runs` (one row per measured NVMe run; a disk probe or tune is one bandwidth row).
+REFERENCE_COLUMNS = ["file", "kind", "model", "params", "aio", "status", "s/step", "tokens/s", "host peak GiB",
+                     "host estimate GiB", "host error %", "disk GiB", "disk estimate GiB", "achieved/floor",
+                     "read GB/s", "write GB/s", "note"]
 
-    Reads each file generically: a list of records, or an object with ``runs``/``results``/``rows``/``points``
-    (a list), or one record; nested objects are flattened one level (``nvme_io.read_gb_per_step_total``).
-    The column ``file`` names the source. Unreadable files become a row with ``error``."""
+
+def _bandwidth_row(fname: str, kind: str, default: Mapping | None, best_name, best: Mapping | None) -> dict:
+    note = (f"best {best_name}: read {best['read_gb_s']:.2f}, write {best['write_gb_s']:.2f} GB/s"
+            if best and best.get("read_gb_s") and best.get("write_gb_s") else "")
+    return {"file": fname, "kind": kind, "aio": "default", "read GB/s": (default or {}).get("read_gb_s"),
+            "write GB/s": (default or {}).get("write_gb_s"), "note": note}
+
+
+def reference_runs(folder=None, pattern: str = "*nvme*.json"):
+    """Measured NVMe offload shipped under ``data/reference/`` (files whose name contains ``nvme``), as a pandas
+    DataFrame with :data:`REFERENCE_COLUMNS` (empty when there are none).
+
+    Rows, by file shape:
+
+    * a runs record (``"kind": "nvme_runs"``, written by ``python -m benchmarks.nvme_reference``): one row per
+      measured run (kind ``NVMe run``: model, parameters, aio setting, s/step and tokens/s — median of the steps
+      after the first —, host peak beside the estimate and its error %, GiB of swap files beside the estimate,
+      achieved/floor on the bandwidth measured in the same call), one ``aio tune`` row (DeepSpeed's default aio
+      bandwidth; the best in ``note``) and one ``7B host extrapolation`` row (its range in ``note``);
+    * a disk probe (``benchmarks/nvme_bench.py``: ``settings`` with ``write_gb_s``/``read_gb_s``): one
+      ``disk probe`` row with the default setting's bandwidth and the best in ``note``;
+    * anything else: one row saying it was not understood (never silently dropped); unreadable files: a row
+      with the error in ``note``.
+    """
     import pandas as pd
     if folder is None:
         from .models import DATA_DIR
@@ -1207,24 +1229,38 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
         try:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            rows.append({"file": f.name, "error": str(exc)})
+            rows.append({"file": f.name, "kind": "unreadable", "note": str(exc)})
             continue
-        if isinstance(data, Mapping):
-            records = next((data[k] for k in ("runs", "results", "rows", "points") if isinstance(data.get(k), list)),
-                           [data])
+        if isinstance(data, Mapping) and isinstance(data.get("runs"), list):
+            bw = data.get("bandwidth") or {}
+            if bw.get("default") or bw.get("best"):
+                rows.append(_bandwidth_row(f.name, "aio tune", bw.get("default"), json.dumps(bw.get("best_aio")),
+                                           bw.get("best")))
+            for r in data["runs"]:
+                if not isinstance(r, Mapping):
+                    continue
+                rows.append({"file": f.name, "kind": "NVMe run", "model": r.get("model"), "params": r.get("params"),
+                             "aio": r.get("aio"), "status": r.get("status"), "s/step": r.get("s_per_step"),
+                             "tokens/s": r.get("tokens_per_s"), "host peak GiB": r.get("host_peak_gib"),
+                             "host estimate GiB": r.get("host_estimate_gib"), "host error %": r.get("host_error_pct"),
+                             "disk GiB": r.get("disk_gib"), "disk estimate GiB": r.get("disk_estimate_gib"),
+                             "achieved/floor": r.get("achieved_over_floor"),
+                             "read GB/s": r.get("bandwidth_read_gb_s"), "write GB/s": r.get("bandwidth_write_gb_s"),
+                             "note": "" if r.get("status") == "ok" else str(r.get("message") or "")[:200]})
+            fit = data.get("host_fit") or {}
+            if fit.get("status") == "ok":
+                rows.append({"file": f.name, "kind": "7B host extrapolation", "model": (fit.get("target") or {}).get("model"),
+                             "params": fit.get("target_params"), "host peak GiB": fit.get("central_gib"),
+                             "host estimate GiB": fit.get("target_estimate_gib"), "note": fit.get("verdict")})
+        elif isinstance(data, Mapping) and isinstance(data.get("settings"), list):
+            ok = [s for s in data["settings"] if isinstance(s, Mapping) and s.get("read_gb_s") and s.get("write_gb_s")]
+            default = next((s for s in ok if all(s.get(k) == v for k, v in AIO_DEFAULTS.items())), None)
+            best = next((s for s in ok if s.get("name") == data.get("best")), None)
+            rows.append(_bandwidth_row(f.name, "disk probe", default, data.get("best"), best))
         else:
-            records = data if isinstance(data, list) else [data]
-        for rec in records:
-            if not isinstance(rec, Mapping):
-                continue
-            row = {"file": f.name}
-            for k, v in rec.items():
-                if isinstance(v, Mapping):
-                    row.update({f"{k}.{k2}": v2 for k2, v2 in v.items() if not isinstance(v2, (Mapping, list))})
-                elif not isinstance(v, list):
-                    row[k] = v
-            rows.append(row)
-    return pd.DataFrame(rows)
+            rows.append({"file": f.name, "kind": "not understood",
+                         "note": "neither an NVMe runs record (runs) nor a disk probe (settings)"})
+    return pd.DataFrame(rows, columns=REFERENCE_COLUMNS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1315,6 +1351,6 @@ def register(subparsers) -> None:
 
 
 __all__ = ["AIO_DEFAULTS", "AIO_KEYS", "BANDWIDTH_RECORD", "CONSUMER_PCIE4_SSD", "DEFAULT_SWEEP", "ENDURANCE_NOTE",
-           "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
+           "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "REFERENCE_COLUMNS", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
            "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "reference_runs", "register", "run_io_summary",
            "sweep_settings", "tune", "validate_aio"]

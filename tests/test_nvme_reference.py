@@ -1,0 +1,89 @@
+"""Issue 18: the nvme suite's results.json -> data/reference record (benchmarks/nvme_reference.py), and
+cookbook.nvme.reference_runs reading it as one tidy row per measured run. Hand-made records, hand-computed values."""
+import json
+
+import pytest
+
+from benchmarks import nvme_reference as nr
+from cookbook.nvme import REFERENCE_COLUMNS, reference_runs
+
+GIB = 2 ** 30
+
+
+def _rung(name, model, params, aio, host, host_est, disk, disk_est, step, status="ok"):
+    return {"name": name, "group": "nvme", "status": status, "message": "finished" if status == "ok" else "stopped",
+            "num_params": params, "rung": {"model": f"benchmarks/models/{model}", "aio": aio, "micro_batch": 4,
+                                           "grad_accum": 1, "seq_len": 1024},
+            "metrics": [{"step_time_s": 2 * step if step else None}, {"step_time_s": step}, {"step_time_s": step}],
+            "host_peak_gib": host, "peak_gpu_allocated_gib": 3.0, "peak_gpu_reserved_gib": 4.0,
+            "nvme": {"aio_setting": aio, "aio": {"queue_depth": 8}, "s_per_step": step, "tokens_per_s": 4096 / step if step else None,
+                     "host_peak_gib": host, "host_estimate_gib": host_est,
+                     "host_error_pct": round(100 * (host_est - host) / host, 1),
+                     "disk_bytes_measured": disk, "disk_bytes_estimate": disk_est, "disk_error_pct": 0.0,
+                     "floor_serial_s": step / 2 if step else None, "achieved_over_floor": 0.5,
+                     "bandwidth": {"read_gb_s": 1.46, "write_gb_s": 1.28}}}
+
+
+@pytest.fixture
+def results():
+    tune = {"name": "nvme-tune", "group": "nvme_tune", "status": "ok", "read_share": 0.6,
+            "tune": {"aio": {"block_size": 1048576, "queue_depth": 32, "intra_op_parallelism": 4,
+                             "single_submit": False, "overlap_events": True},
+                     "offload_param": {"buffer_count": 2, "buffer_size": 100000000},
+                     "measured": {"best": {"read_gb_s": 1.47, "write_gb_s": 1.98},
+                                  "deepspeed_default": {"read_gb_s": 1.46, "write_gb_s": 1.28},
+                                  "speedup_vs_default": {"read": 1.007, "write": 1.547}}}}
+    return {"suite_started": 1796083200.0, "on_gpu": True, "results": [
+        tune,
+        _rung("nvme-134m-default", "llama-134m", 100_000_000, "default", 6.0, 5.0, 2 * GIB, 2 * GIB, 2.0),
+        _rung("nvme-1b-default", "llama-1b", 1_100_000_000, "default", 30.0, 27.0, 18 * GIB, 18.4 * GIB, 40.0),
+        _rung("nvme-3b-tuned", "llama-3b", 3_400_000_000, "tuned", 31.0, 40.0, 20 * GIB, 57 * GIB, None,
+              status="timeout")]}
+
+
+def test_host_fit_by_hand(results):
+    """measured − E over (0.1 B, 6 − 5) and (1.1 B, 30 − 27): b = 2 GiB per billion, a = 0.8 GiB; 7B (N = 6.738415616 B,
+    E = 45 GiB): 45 + 0.8 + 2 × 6.738415616 = 59.28; ratios 45 × 6/5 = 54.0 and 45 × 30/27 = 50.0; the timed-out run
+    is left out."""
+    runs = [nr.run_row(r) for r in results["results"][1:]]
+    fit = nr.host_fit(runs, target_params=6_738_415_616, target_estimate=45.0)
+    assert fit["status"] == "ok" and len(fit["points"]) == 2
+    assert fit["fixed_gib"] == pytest.approx(0.8) and fit["per_billion_gib"] == pytest.approx(2.0)
+    assert fit["central_gib"] == pytest.approx(59.28, abs=0.005)
+    assert (fit["low_gib"], fit["high_gib"]) == (pytest.approx(50.0), pytest.approx(59.28, abs=0.005))
+    # the plain line through (0.1, 6) and (1.1, 30): c = 3.6, k = 24 -> 165.32 GiB, reported, not in the bar
+    assert fit["plain_line"]["gib_7b"] == pytest.approx(3.6 + 24 * 6.738415616, abs=0.005)
+    assert "fits 64" in fit["verdict"]
+    assert nr.host_fit(runs[2:], target_params=1, target_estimate=1.0)["status"] == "no_points"
+
+
+def test_reference_runs_reads_the_converted_record(results, tmp_path, monkeypatch):
+    monkeypatch.setattr(nr, "target_estimate_gib", lambda target=nr.TARGET: 45.0)
+    rec = nr.convert(results, date="2026-12-02")
+    (tmp_path / "h200_nvme_runs_2026-12-02.json").write_text(json.dumps(rec))
+    (tmp_path / "h200_nvme_2026-12-01.json").write_text(json.dumps({  # a disk probe (benchmarks/nvme_bench.py)
+        "best": "bs1M-qd32-p4", "settings": [
+            {"name": "deepspeed-default", "block_size": 1048576, "queue_depth": 8, "single_submit": False,
+             "overlap_events": True, "intra_op_parallelism": 1, "write_gb_s": 1.28, "read_gb_s": 1.46},
+            {"name": "bs1M-qd32-p4", "block_size": 1048576, "queue_depth": 32, "single_submit": False,
+             "overlap_events": True, "intra_op_parallelism": 4, "write_gb_s": 1.98, "read_gb_s": 1.47}]}))
+    df = reference_runs(tmp_path)
+    assert list(df.columns) == REFERENCE_COLUMNS
+    assert list(df["kind"]) == ["disk probe", "aio tune", "NVMe run", "NVMe run", "NVMe run", "7B host extrapolation"]
+    probe = df.iloc[0]
+    assert (probe["read GB/s"], probe["write GB/s"]) == (1.46, 1.28) and "1.98" in probe["note"]
+    tune = df.iloc[1]
+    assert (tune["read GB/s"], tune["write GB/s"]) == (1.46, 1.28) and '"queue_depth": 32' in tune["note"]
+    one_b = df[df["model"] == "llama-1b"].iloc[0]
+    assert one_b["params"] == 1_100_000_000 and one_b["aio"] == "default" and one_b["status"] == "ok"
+    assert one_b["s/step"] == 40.0 and one_b["tokens/s"] == pytest.approx(102.4)
+    assert one_b["host peak GiB"] == 30.0 and one_b["host estimate GiB"] == 27.0 and one_b["host error %"] == -10.0
+    assert one_b["disk GiB"] == 18.0 and one_b["disk estimate GiB"] == pytest.approx(18.4)
+    assert one_b["achieved/floor"] == 0.5
+    stopped = df[df["model"] == "llama-3b"].iloc[0]
+    assert stopped["status"] == "timeout" and stopped["note"] == "stopped"
+    seven = df.iloc[-1]
+    assert seven["model"] == "llama-7b" and seven["host peak GiB"] == pytest.approx(59.28, abs=0.005)
+    assert rec["bandwidth"]["speedup_vs_default"]["write"] == 1.547
+    (tmp_path / "x_nvme_other.json").write_text("[1, 2]")
+    assert reference_runs(tmp_path)["kind"].iloc[-1] == "not understood"
