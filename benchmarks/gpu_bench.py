@@ -27,6 +27,12 @@ points has (sequence 2048-4096, micro batch 1-8, LLaMA and Qwen2 architectures, 
 without offload; four are expected not to fit), on the packed chat data at full rows. Turn their
 results into held-out points with ``python -m benchmarks.calibration --from-results results.json``.
 
+Suite ``nvme`` (issue 18 item 3, :func:`nvme_suite`; ``bash benchmarks/device/call_nvme.sh 520`` on the one-GPU
+machine): tune the aio settings on the swap folder, then ZeRO-3 with optimizer and parameters on NVMe for a 134M
+and the 1.1B LLaMA shape with DeepSpeed's default and the tuned aio block (the 3.4B last, if time remains). Each
+NVMe record has an ``nvme`` block (:func:`nvme_record`); ``python -m benchmarks.nvme_reference --from-results
+results.json --write data/reference/h200_nvme_runs_DATE.json`` turns them into the reference record.
+
 Writes into ``--out``: ``results.json`` (every rung: plan, config, status, tokens/s, peaks, the
 estimate beside the measurement), ``ceilings.json``, ``driver.log``, ``runs.tar.gz`` (each run
 folder's summary, metrics, DeepSpeed config and log tails).
@@ -127,6 +133,7 @@ class Rung:
     data: str = "long"                # "long": the synthetic full-length set; "chat": the shipped chats, packed
     nvme_path: str = ""               # NVMe offload: the swap folder (the suite's nvme_prepare folder, tuned there)
     aio: str = ""                     # NVMe offload: "default" (DeepSpeed's aio block) or "tuned" (this call's nvme-tune)
+    min_left_s: float = 0.0           # not started with less than this many seconds before the suite's deadline
 
 
 LLAMA3B = str(MODELS / "llama-3b")
@@ -285,7 +292,8 @@ def nvme_suite() -> list:
             {"A": [Rung("nvme-134m-default", model=LLAMA134M, aio="default", max_steps=4, timeout_s=150, **N),
                    Rung("nvme-1b-default", model=LLAMA1B, aio="default", max_steps=3, timeout_s=260, **N),
                    Rung("nvme-1b-tuned", model=LLAMA1B, aio="tuned", max_steps=3, timeout_s=260, **N),
-                   Rung("nvme-3b-tuned", model=LLAMA3B, aio="tuned", max_steps=2, timeout_s=300, **N)]}]
+                   Rung("nvme-3b-tuned", model=LLAMA3B, aio="tuned", max_steps=2, timeout_s=300, min_left_s=200,
+                        **N)]}]
 
 
 def tiny_phase(phase):
@@ -647,7 +655,7 @@ class Driver:
         gpus, cores = LANES_GPU[lane]
         for rung in rungs:
             left = self.deadline - time.time()
-            if left < min(rung.timeout_s, 90):
+            if left < max(min(rung.timeout_s, 90), rung.min_left_s):
                 self.log(f"{rung.name}: not run, {left:.0f} s left before the suite's deadline")
                 self.results.append({"name": rung.name, "group": rung.group, "rung": dataclasses.asdict(rung),
                                      "status": "not_run", "message": "the device call's time ran out first"})
