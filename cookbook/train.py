@@ -467,8 +467,8 @@ def describe_inputs(facts: dict) -> list[str]:
              f"[tokenizer] {facts['tokenizer_source']}; the model's embedding has {facts['model_vocab']:,} rows"]
     data = (f"[data] {facts['examples']:,} training examples"
             + (f" of {facts['records']:,} records" if facts.get("records") not in (None, facts["examples"]) else "")
-            + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} were truncated"
-               if facts.get("truncated") is not None else ""))
+            + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} cut to it (packing off)"
+               if facts.get("truncated") else ""))
     lines.append(data)
     if facts.get("data_report"):
         lines.append(f"[data] {facts['data_report']}")

@@ -184,7 +184,8 @@ def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
     n = sum(1 for l in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if l.strip())  # shipped chats
     held = math.ceil(0.05 * n)
     assert f"[data] {n - held:,} training examples of" not in out  # records == examples: said once
-    assert f"[data] {n - held:,} training examples" in out and "truncated" in out
+    assert f"[data] {n - held:,} training examples\n" in out  # packed: nothing cut, and no "0 truncated"
+    assert "truncated" not in out and "example(s) longer than --seq-len 128 were split into pieces of at most 128" in out
     assert "packing on" in out and "rows of exactly 128 tokens" in out
     assert f"{held} records held out of --dataset" in out
     assert "[schedule] lr 0.003" in out
