@@ -191,6 +191,24 @@ def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
     assert "[schedule] lr 0.003" in out
 
 
+def test_dataset_smaller_than_one_global_batch_is_said_not_silent(tmp_path, capsys):
+    rows = [{"instruction": f"Say {w}.", "input": "", "output": w} for w in ("one", "two", "three")]
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 3 rows, global batch 4 × 1 × 2 = 8: each step holds every row 2 or 3 times
+    res = launch(plan(), tmp_path / "run", dry_run=True, progress=False, dataset=str(data), packing=False)
+    assert res.status == "dry_run", res.message
+    note = res.details["inputs"]["small_dataset"]
+    assert {k: note[k] for k in ("rows", "global_batch", "repeats_per_step")} == \
+        {"rows": 3, "global_batch": 8, "repeats_per_step": round(8 / 3, 2)}
+    out = capsys.readouterr().out
+    assert "[data] NOTE: the data holds 3 row(s), fewer than one global batch of 8 rows" in out
+    assert "repeats each row 2-3 times (8 / 3 = 2.67)" in out
+    # a dataset of at least one global batch gets no note
+    res = launch(plan(), tmp_path / "run2", dry_run=True, progress=False, quiet=True)
+    assert res.details["inputs"]["small_dataset"] is None
+
+
 def test_random_weights_on_a_gpu_box_need_the_flag():
     with pytest.raises(TrainInputError) as exc:
         validate_inputs(train_args("--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--output-dir",
