@@ -200,6 +200,8 @@ def train_argv(plan: Plan, output_dir: Path, **options) -> list[str]:
             continue
         if value is True:
             argv.append(flag)
+        elif str(value).startswith("-"):  # a value argparse would take for an option (--lr-source --lr)
+            argv.append(f"{flag}={value}")
         else:
             argv += [flag, str(value)]
     return argv
@@ -572,7 +574,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            save_16bit: str = "every", report_to: str = "none", random_weights: bool = False, quiet: bool = False,
            run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
            dataset_split: str | None = None, dataset_fields: str | dict | None = None,
-           chat_template: str | None = None) -> RunResult:
+           chat_template: str | None = None, lr_source: str | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -622,6 +624,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             which a config value may not override; default: :func:`stated_fields` (those that differ from the
             defaults of :class:`Plan` and of this function). ``cookbook launch`` passes the options typed.
         names: how messages name each field (``cookbook launch`` passes its flags); default: the Python names.
+        lr_source: where ``lr`` came from, for ``summary.hyperparameters.lr_source`` (``cookbook train`` passes
+            ``--lr`` or ``run file PATH``); default: ``launch(lr=...)`` when ``lr`` is given. An lr taken from
+            the config, or the tiny models' default, is named as such; one filled into the config's ``"auto"``
+            says so.
 
     Process control (:mod:`cookbook.procs`): the run holds ``output_dir/run.lock`` while it runs (a
     second live run there is refused with status ``config_error``; a stale lock is taken over with a
@@ -677,6 +683,9 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     #    and the run's length are known (step 2) — for the values that depend on them.
     ds_config = resolution = None
     name = "config" if config is None or isinstance(config, dict) else Path(config).name
+    if lr is not None and not lr_source:
+        lr_source = (names or {}).get("lr") or "launch(lr=...)"
+    lr_auto = None  # the config's optimizer.params.lr is "auto": the lr resolved below fills it
     if config is not None and stated is None:
         stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
 
@@ -707,8 +716,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         cfg_steps = ((given.get("scheduler") or {}).get("params") or {}).get("total_num_steps")
         if lr is None and isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr > 0:
             lr = opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what the user did not type
+            lr_source = f"{name}: optimizer.params.lr"
+        lr_auto = cfg_lr == "auto"
         if max_steps is None and num_epochs is None and isinstance(cfg_steps, int) and cfg_steps > 0:
             max_steps = opts["max_steps"] = cfg_steps
+    opts["lr_source"] = lr_source
 
     # precision the device cannot run, before anything else is done
     # (a user's config is checked by the linter's machine rules instead, which name its keys)
@@ -729,7 +741,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     except SystemExit:
         return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
     max_steps, lr, warmup_steps = parsed.max_steps, parsed.lr, parsed.warmup_steps
-    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps)
+    hp = facts["hyperparameters"]
+    if lr_auto:
+        hp["lr_source"] = f"{hp['lr_source']}, filled into {name}'s \"auto\" optimizer.params.lr"
+    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps, lr_source=hp["lr_source"])
     targs = train_argv(plan, run_dir, **opts) + list(extra_args)
     if config is not None:
         report, problem = resolve(lr, max_steps, warmup_steps)
@@ -951,7 +966,7 @@ def _stop(procs, grace_s: float = 10.0) -> None:
 RESOLVED_FILE = "run.resolved.yaml"
 
 #: Options that shape the command's output, not the run: never read from or written to a run file.
-_NOT_IN_RUN_FILE = {"help", "json", "dry_run", "progress", "run_file", "func", "stop_after_step"}
+_NOT_IN_RUN_FILE = {"help", "json", "dry_run", "progress", "run_file", "func", "stop_after_step", "lr_source"}
 
 #: Names users bring from the HF Trainer, LLaMA-Factory and axolotl, for the did-you-mean of an unknown key.
 FOREIGN_KEYS = {"learning_rate": "lr", "num_train_epochs": "num-epochs", "per_device_train_batch_size": "micro-batch",
@@ -1132,6 +1147,8 @@ def _cli(args) -> int:
                 setattr(args, dest, value)
         # what the run file sets was chosen by the user, as much as a typed flag
         args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
+        if "lr" in from_file and "lr" not in explicit:
+            args._lr_source = f"run file {args.run_file}"
     on_gpu = on_gpu_machine()
     rehearsal = is_rehearsal_model(args.model)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
@@ -1177,7 +1194,8 @@ def _cli(args) -> int:
                      lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                      eval_fraction=args.eval_fraction, eval_dataset=args.eval_dataset, eval_steps=args.eval_steps,
                      save_total_limit=args.save_total_limit, save_16bit=args.save_16bit, report_to=args.report_to,
-                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None))
+                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None),
+                     lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143

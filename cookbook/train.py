@@ -146,6 +146,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="cap each rank's GPU memory to emulate a smaller card (e.g. 24 on an H200)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code (off unless asked)")
     p.add_argument("--stop-after-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: simulate a stop
+    # where --lr came from when the launch helper passes it on (a run file, a config, the tiny models' default)
+    p.add_argument("--lr-source", default=None, help=argparse.SUPPRESS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +359,8 @@ def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
 
     * ``--lr``: required for real models; the shipped tiny models default to
       :data:`cookbook.models.REHEARSAL_LR` (3e-3), which is 100-300x too high for a 7B-14B model.
+      ``lr_source`` says where it came from: ``--lr``, or what the launch helper passed as ``--lr-source``
+      (a run file, the DeepSpeed config, the tiny models' default filled into the config's ``"auto"``).
     * ``--max-steps`` wins over ``--num-epochs`` (as in the HF Trainer); epochs become steps with
       :func:`cookbook.dsconfig.total_steps_for_epochs`; the tiny models default to 40 steps.
     * warm-up: ``--warmup-steps`` wins, else ``ceil(max_steps × --warmup-ratio)``
@@ -377,7 +381,8 @@ def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
                 "1e-5); the tiny models' 3e-3 would be 100-300x too high.")
         args.lr, out["lr_source"] = REHEARSAL_LR, "the shipped tiny models' default"
     else:
-        out["lr_source"] = "--lr"
+        # the launch helper passes the lr it resolved with its origin (--lr-source); typed here, it is --lr
+        out["lr_source"] = getattr(args, "lr_source", None) or "--lr"
     spe = steps_per_epoch(num_examples, args.micro_batch, args.grad_accum, world_size)
     epochs = getattr(args, "num_epochs", None)
     if args.max_steps is None:
