@@ -192,19 +192,28 @@ def _read_json_lines(path: Path) -> tuple[list, list]:
 
 def _offline_datasets():
     """A context in which ``datasets`` reads only its local cache (it reads ``HF_HUB_OFFLINE`` at import,
-    so the flag is set on its config for the duration)."""
+    so the flag is set on its config for the duration), and shows no progress bars unless it writes to a
+    terminal (:func:`cookbook.hardware.terminal_progress`)."""
     import contextlib
 
     import datasets
 
     @contextlib.contextmanager
     def ctx():
+        from .hardware import terminal_progress
         before = datasets.config.HF_HUB_OFFLINE
         datasets.config.HF_HUB_OFFLINE = True
+        # no "Generating train split" bars in a notebook's cells (papermill keeps every redraw): bars only
+        # on a terminal, and the caller's own setting restored after
+        quiet = not terminal_progress() and not datasets.are_progress_bars_disabled()
+        if quiet:
+            datasets.disable_progress_bars()
         try:
             yield datasets
         finally:
             datasets.config.HF_HUB_OFFLINE = before
+            if quiet:
+                datasets.enable_progress_bars()
     return ctx()
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -616,7 +617,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         startup_timeout_s: the same limit before rank 0's first training step (imports, JIT op builds,
             model initialisation); default ``max(hang_timeout_s, 600)``: a 7B model takes minutes.
         env: extra environment variables for the ranks (they win over recommendations).
-        progress: show a tqdm bar of steps with loss and tokens/s.
+        progress: live progress of the steps with loss and tokens/s: a tqdm bar on a terminal; in a notebook
+            (papermill included) or a pipe, a plain line every tenth of the run (no redrawn bars in the output).
         quiet: do not print what the run trains (model source, tokenizer, examples, schedule) before it starts.
         run_file: the YAML run file the options came from (named in ``run.resolved.yaml``).
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
@@ -877,12 +879,22 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                    max_steps: int, startup_timeout_s: float, lock=None) -> tuple[int | None, bool, str | None]:
     """Run the launcher(s) in new process groups, each dying with this thread (parent-death signal,
     :mod:`cookbook.procs`); stream rank 0's steps; keep ``lock``'s heartbeat; stop everything on a
-    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None)."""
+    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
+
+    ``progress`` on a terminal: one tqdm line redrawn in place (steps, loss, tokens/s). Elsewhere — a
+    notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every
+    redraw would stay in the output, so a plain line is printed every tenth of the run instead (at most
+    ~11 lines)."""
+    from .hardware import terminal_progress
     from .procs import child_command, kill_run, register_live, unregister_live
-    bar = None
-    if progress:
-        from tqdm.std import tqdm  # text, not a widget: the executed notebook keeps the final line
+    bar, every = None, None
+    if progress and terminal_progress(sys.stderr):
+        from tqdm.std import tqdm
         bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
+    elif progress:
+        every = max(1, math.ceil(max_steps / 10))
+        print(f"training: {max_steps} steps; a line every {every} step(s) (not a terminal: no live bar)",
+              file=sys.stderr, flush=True)
     launcher_log = open(log_dir / "launcher.log", "ab")
     # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
     commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
@@ -918,14 +930,18 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                     for line in lines:
                         if line.startswith(STEP_PREFIX):
                             stepped = True
-                        if line.startswith(STEP_PREFIX) and bar is not None:
+                        if line.startswith(STEP_PREFIX) and (bar is not None or every):
                             row = json.loads(line[len(STEP_PREFIX):])
-                            bar.n = row["step"]
                             post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
                             if row.get("eval_loss") is not None:
                                 post["eval_loss"] = f"{row['eval_loss']:.3f}"
-                            bar.set_postfix(**post)
-                            bar.refresh()
+                            if bar is not None:
+                                bar.n = row["step"]
+                                bar.set_postfix(**post)
+                                bar.refresh()
+                            elif row["step"] % every == 0 or row["step"] == max_steps:
+                                print(f"training: step {row['step']}/{max_steps}, "
+                                      + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr, flush=True)
             # before the first step, initialisation (model build, JIT op builds, process groups) may
             # take minutes in silence; after it, a silent rank 0 means a hang
             limit = hang_timeout_s if stepped else startup_timeout_s
