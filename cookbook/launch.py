@@ -908,7 +908,9 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                                           start_new_session=True))
         if lock is not None:
             register_live(lock.run_id, procs)
-            lock.update(launcher_pids=[p.pid for p in procs])
+            # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
+            lock.update(launcher_pids=[p.pid for p in procs],
+                        torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
             if lock is not None:
