@@ -117,7 +117,7 @@ def answers_frame(results: Mapping[str, Mapping | None]):
                    else f"not run here: notebooks/{name}.ipynb produces it (cookbook run-all --only {name[:2]})")
             rows.append({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
                          "measured here": "no results recorded" if ran else "not run here",
-                         "RTX 4090 projection tokens/s": None, "note": why, "notebook": name})
+                         "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name})
             continue
         res = results[name]
         run = _central(res)
@@ -153,7 +153,7 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             note = "GPU run; projection: the same fraction of the step-time floor on a 4090 (benchmarks/report.py)"
         rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
                      "fits host": _yes(fits_host), "measured here": measured,
-                     "RTX 4090 projection tokens/s": None if proj is None else round(proj, 0), "note": note,
+                     "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
                      "notebook": name})
     return pd.DataFrame(rows)
 
