@@ -4,12 +4,15 @@ Each stock config is kept as the values its source ships (ZeRO block, precision 
 :func:`resolve` turns it into a config the cookbook launcher can run for a given plan, changing only
 what must change and listing every change:
 
-* ``"auto"`` values are filled the way the Hugging Face Trainer fills them
-  (``transformers/integrations/deepspeed.py``, ``HfTrainerDeepSpeedConfig.trainer_config_process`` /
-  ``trainer_config_finalize``): batch keys from the plan, ``gradient_clipping`` 1.0,
-  ``reduce_bucket_size`` = h*h, ``stage3_prefetch_bucket_size`` = 0.9*h*h,
-  ``stage3_param_persistence_threshold`` = 10*h (h = hidden size), optimizer/scheduler values from
-  the run's learning rate and steps.
+* ``"auto"`` values are filled by :func:`cookbook.dsconfig.resolve_config`, the way the Hugging Face
+  Trainer fills them (``transformers/integrations/deepspeed.py``, ``HfTrainerDeepSpeedConfig.
+  trainer_config_process`` / ``trainer_config_finalize``): batch keys from the plan, ``gradient_clipping``
+  1.0, ``reduce_bucket_size`` = h*h, ``stage3_prefetch_bucket_size`` = 0.9*h*h,
+  ``stage3_param_persistence_threshold`` = 10*h (h = hidden size), optimizer values from the run's
+  learning rate. Batch keys a config fixes are set to the plan's, and a config without
+  ``gradient_clipping`` clips at 1.0 too, so that every run of a comparison has the same shape.
+* Scheduler: a missing or ``"auto"`` scheduler becomes the cookbook's WarmupDecayLR (linear warm-up)
+  over the run's steps, as in the cookbook's own runs.
 * Precision: every run in one comparison uses the plan's precision (bf16 on the H200), so a stock
   config's ``fp16`` block is replaced by ``bf16`` (Accelerate's template and the LLaMA article hard-code
   fp16; LLaMA-Factory's ``"auto"`` picks bf16 when the run is bf16).
@@ -81,28 +84,31 @@ STOCK = {"llama-factory": LLAMA_FACTORY_Z3_OFFLOAD, "accelerate": ACCELERATE_Z3_
 def resolve(name: str, plan, *, lr: float, max_steps: int, warmup_steps: int = 1) -> tuple[dict, list[str]]:
     """(runnable DeepSpeed config, list of changes made) for stock config ``name`` and ``plan``.
 
+    The comparison's own changes (the plan's batch keys and precision, the run's learning rate, the
+    cookbook's AdamW block where the config has none, its WarmupDecayLR where the scheduler is missing or
+    ``"auto"``, gradient clipping at 1.0 where the config has none, no ``activation_checkpointing``) are
+    made first; every ``"auto"`` left is then filled by
+    :func:`cookbook.dsconfig.resolve_config`, the HF Trainer's / Accelerate's rules that ``cookbook launch``
+    applies to a user's config.
+
     Raises:
         KeyError: ``name`` is not one of :data:`STOCK`.
+        ValueError: the config cannot be filled for ``plan`` (resolve_config's problems, named).
     """
-    from cookbook.dsconfig import build_config
-    from cookbook.models import model_spec
+    from cookbook.dsconfig import build_config, resolve_config
     if name not in STOCK:
         raise KeyError(f"stock config {name!r}: use one of {', '.join(STOCK)}")
     cfg = copy.deepcopy(STOCK[name])
-    h = model_spec(plan.model).hidden_size
     changes: list[str] = []
     ours = build_config(plan, "accelerate", lr=lr, warmup_steps=warmup_steps, total_steps=max_steps)
 
+    # the comparison's changes: every run of it has the plan's batch shape and precision and the same lr
     batch = {"train_batch_size": plan.global_batch, "train_micro_batch_size_per_gpu": plan.micro_batch,
              "gradient_accumulation_steps": plan.grad_accum}
     for key, value in batch.items():
-        if cfg.get(key) != value:
-            changes.append(f"{key}: {cfg.get(key)!r} -> {value}")
+        if cfg.get(key, "auto") != "auto" and cfg[key] != value:
+            changes.append(f"{key}: {cfg[key]!r} -> {value}")
             cfg[key] = value
-    if cfg.get("gradient_clipping", "auto") == "auto":
-        cfg["gradient_clipping"] = 1.0
-        changes.append("gradient_clipping: 'auto' -> 1.0")
-    # precision: the plan's, for every run of the comparison
     had = [k for k in ("fp16", "bf16") if cfg.get(k, {}).get("enabled") not in (False, None)]
     cfg.pop("fp16", None)
     cfg.pop("bf16", None)
@@ -111,32 +117,32 @@ def resolve(name: str, plan, *, lr: float, max_steps: int, warmup_steps: int = 1
     elif plan.precision == "fp16":
         cfg["fp16"] = dict(STOCK[name].get("fp16") or {}, enabled=True)
     changes.append(f"precision blocks {had} -> {plan.precision}")
-    zero = cfg["zero_optimization"]
-    autos = {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
-             "stage3_param_persistence_threshold": 10 * h, "stage3_gather_16bit_weights_on_model_save": True}
-    for key, value in autos.items():
-        if zero.get(key) == "auto":
-            zero[key] = value
-            changes.append(f"zero_optimization.{key}: 'auto' -> {value}")
     if "optimizer" not in cfg:
         cfg["optimizer"] = copy.deepcopy(ours["optimizer"])
         changes.append("optimizer: none (Trainer's torch AdamW) -> the cookbook's AdamW block (DeepSpeedCPUAdam)")
     else:
         params = cfg["optimizer"]["params"]
-        for key in ("lr", "weight_decay"):
-            if params.get(key) == "auto":
-                params[key] = ours["optimizer"]["params"][key]
-                changes.append(f"optimizer.params.{key}: 'auto' -> {params[key]}")
-        if params.get("lr") != lr:
-            changes.append(f"optimizer.params.lr: {params.get('lr')} -> {lr} (same lr in every run)")
+        if params.get("lr", "auto") != "auto" and params["lr"] != lr:
+            changes.append(f"optimizer.params.lr: {params['lr']} -> {lr} (same lr in every run)")
             params["lr"] = lr
     if "scheduler" not in cfg or any(v == "auto" for v in cfg["scheduler"].get("params", {}).values()):
         cfg["scheduler"] = copy.deepcopy(ours["scheduler"])
         changes.append("scheduler: -> the cookbook's WarmupDecayLR over the run's steps")
+    if "gradient_clipping" not in cfg:  # the Trainer adds none; every run of the comparison clips at 1.0
+        cfg["gradient_clipping"] = 1.0
+        changes.append("gradient_clipping: none -> 1.0 (as in every run of the comparison)")
     if "activation_checkpointing" in cfg:
         cfg.pop("activation_checkpointing")
         changes.append("activation_checkpointing: dropped (DeepSpeed's block does nothing for HF models; "
                        "gradient checkpointing is on through the model)")
-    cfg.setdefault("steps_per_print", 10 ** 9)
+
+    # every "auto" left, as the HF Trainer / Accelerate fill it (the plan's fields and the options are typed)
+    res = resolve_config(cfg, plan, stated=set(plan.to_dict()) | {"lr", "max_steps", "warmup_steps"}, lr=lr,
+                         max_steps=max_steps, warmup_steps=warmup_steps, config_name=name)
+    if not res.ok:
+        raise ValueError(f"stock config {name!r} cannot be filled for this plan: "
+                         + "; ".join(f"{p.path}: {p.message}" for p in res.problems))
+    cfg = res.config
+    changes += [f"{r.path}: {'auto' if r.how == 'auto' else r.how} -> {r.value} ({r.source})" for r in res.rows]
     cfg["steps_per_print"] = 10 ** 9
     return cfg, changes

@@ -84,46 +84,76 @@ def _yes(v) -> str:
     return "unknown" if v is None else ("yes" if v else "no")
 
 
+#: the target model of each answering notebook (its reference projection must be of this model's size).
+TARGET_MODELS = {"05_final_8x4090": "qwen-14b", "06_final_1x4090": "llama-7b"}
+
+#: a GPU reference run stands in for a target's model only within this relative parameter-count gap
+#: (|ln(N_ref / N_target)| ≤ 0.1, i.e. about ±10 %): a 3 B run's tokens/s is not a 14 B model's.
+SAME_MODEL_LOG_GAP = 0.1
+
+
 def answers_frame(results: Mapping[str, Mapping | None]):
     """One row per target (:data:`TARGETS`): ``target``, ``recipe``, ``fits GPU``, ``fits host``,
     ``measured here`` (the central run's status, tokens/s and hardware), ``RTX 4090 projection tokens/s``
     and ``note`` (what the numbers are: a GPU run, or the CPU rehearsal with the reference's projection).
 
+    A target whose notebook is not among ``results`` (not run in this run-all) says ``not run here`` and
+    names the notebook that produces it; one whose notebook recorded nothing says so. Neither borrows a
+    number. The CPU rehearsal's row shows the GPU reference run's projection (:mod:`cookbook.reference`)
+    only when that run's model has the target model's size (:data:`SAME_MODEL_LOG_GAP`).
+
     Args:
-        results: notebook name -> its ``results.json`` (None when it wrote none).
+        results: notebook name -> its ``results.json`` (None when it ran but wrote none); a notebook
+            absent from the mapping was not run.
     """
+    import math
     import pandas as pd
     from .reference import reference_projection
     rows = []
     for target, name in TARGETS:
-        res = results.get(name)
+        if name not in results or not results[name]:
+            ran = name in results
+            why = (f"no results recorded: {name} stopped before its last cell (see its executed notebook)" if ran
+                   else f"not run here: notebooks/{name}.ipynb produces it (cookbook run-all --only {name[:2]})")
+            rows.append({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
+                         "measured here": "no results recorded" if ran else "not run here",
+                         "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name})
+            continue
+        res = results[name]
         run = _central(res)
         if name.startswith("05"):
-            te = (res or {}).get("target_estimate") or {}
+            te = res.get("target_estimate") or {}
             recipe, fits_gpu, fits_host = te.get("verdict"), te.get("fits_gpu"), te.get("fits_host")
         else:
-            d = (res or {}).get("desktop_choice") or {}
+            d = res.get("desktop_choice") or {}
             recipe = (f"{d.get('label')} with {d.get('kind')} (64 GiB RAM: {d.get('reason')})" if d.get("kind")
-                      else (res or {}).get("verdict"))
+                      else res.get("verdict"))
             fits_gpu, fits_host = (True, True) if d.get("kind") else (None, d.get("fits"))
-        rehearsal = bool((res or {}).get("rehearsal"))
+        rehearsal = bool(res.get("rehearsal"))
         tps = run.get("tokens_per_s")
         measured = (f"{run.get('status')}: {tps:,.0f} tokens/s on {run.get('hardware')}" if tps else
                     f"{run.get('status') or 'no run recorded'}" + (f" on {run.get('hardware')}" if run.get("hardware") else ""))
         proj = project_rtx4090(run)
         if rehearsal or proj is None:
             from .models import model_spec
-            ref = reference_projection(name, model_spec("qwen-14b" if name.startswith("05") else "llama-7b").num_params)
+            proj = None
+            model = TARGET_MODELS[name]
+            n_target = model_spec(model).num_params
+            ref = reference_projection(name, n_target)
             note = ("CPU rehearsal: tiny model, not a 4090 number" if rehearsal else "no projection for this run")
-            if ref:
+            if ref and ref.get("num_params") and abs(math.log(ref["num_params"] / n_target)) <= SAME_MODEL_LOG_GAP:
                 proj = ref["tokens_per_s"]
                 note += (f"; projection from the H200 reference run {ref['name']} ({ref['label']}, "
                          f"{(ref['num_params'] or 0) / 1e9:.1f} B parameters)")
+            elif ref:
+                note += (f"; no GPU reference run of {model}'s size ({n_target / 1e9:.1f} B parameters): the "
+                         f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
+                         f"run {name} on GPUs for a projection")
         else:
             note = "GPU run; projection: the same fraction of the step-time floor on a 4090 (benchmarks/report.py)"
         rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
                      "fits host": _yes(fits_host), "measured here": measured,
-                     "RTX 4090 projection tokens/s": None if proj is None else round(proj, 0), "note": note,
+                     "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
                      "notebook": name})
     return pd.DataFrame(rows)
 
@@ -150,4 +180,4 @@ def collapse_repeated(frame, *, min_rows: int = 3, min_chars: int = 25):
     return frame.drop(columns=drop), lines
 
 
-__all__ = ["RTX4090_MODEL", "TARGETS", "answers_frame", "collapse_repeated", "project_rtx4090", "step_floor"]
+__all__ = ["RTX4090_MODEL", "SAME_MODEL_LOG_GAP", "TARGETS", "TARGET_MODELS", "answers_frame", "collapse_repeated", "project_rtx4090", "step_floor"]

@@ -192,19 +192,28 @@ def _read_json_lines(path: Path) -> tuple[list, list]:
 
 def _offline_datasets():
     """A context in which ``datasets`` reads only its local cache (it reads ``HF_HUB_OFFLINE`` at import,
-    so the flag is set on its config for the duration)."""
+    so the flag is set on its config for the duration), and shows no progress bars unless it writes to a
+    terminal (:func:`cookbook.hardware.terminal_progress`)."""
     import contextlib
 
     import datasets
 
     @contextlib.contextmanager
     def ctx():
+        from .hardware import terminal_progress
         before = datasets.config.HF_HUB_OFFLINE
         datasets.config.HF_HUB_OFFLINE = True
+        # no "Generating train split" bars in a notebook's cells (papermill keeps every redraw): bars only
+        # on a terminal, and the caller's own setting restored after
+        quiet = not terminal_progress() and not datasets.are_progress_bars_disabled()
+        if quiet:
+            datasets.disable_progress_bars()
         try:
             yield datasets
         finally:
             datasets.config.HF_HUB_OFFLINE = before
+            if quiet:
+                datasets.enable_progress_bars()
     return ctx()
 
 
@@ -708,23 +717,35 @@ class Rows:
                 "dropped_examples": self.dropped, "rows_without_targets_left_out": self.empty_rows}
 
     def describe(self) -> str:
-        """One log line: what a row holds."""
+        """One log line: what a row holds. Counts that are zero are left out.
+
+        Packing: examples longer than ``--seq-len`` are cut into pieces of at most ``seq_len`` tokens in
+        consecutive rows, and every piece is trained on (no token is thrown away); shorter examples that
+        start near a row's end continue into the next row too. Not packing: examples longer than
+        ``--seq-len`` keep their first ``seq_len`` tokens (the rest is not trained on)."""
         s = self.stats()
         if self.packing:
             last = self.real_tokens[-1]
-            return (f"packing on: {s['examples']:,} examples in {s['rows']:,} rows of exactly {self.seq_len} tokens"
+            text = (f"packing on: {s['examples']:,} examples in {s['rows']:,} rows of exactly {self.seq_len} tokens"
                     + (f" (the last holds {last} real tokens + {self.seq_len - last} padding)" if last < self.seq_len else "")
-                    + f"; packing efficiency {100 * s['packing_efficiency']:.2f}% (real tokens / token slots); "
-                    f"{s['split_examples']:,} examples continue from one row into the next (position_ids restart, "
-                    f"the continuation does not see its beginning); {s['longer_than_seq_len']:,} were longer than "
-                    f"--seq-len {self.seq_len} and were split across rows, not cut"
-                    + (f"; {self.empty_rows:,} row(s) with no token to learn from (inside a long prompt) left out"
-                       if self.empty_rows else ""))
+                    + f"; packing efficiency {100 * s['packing_efficiency']:.2f}% (real tokens / token slots)")
+            longer, others = s["longer_than_seq_len"], max(0, s["split_examples"] - s["longer_than_seq_len"])
+            if longer:
+                text += (f"; {longer:,} example(s) longer than --seq-len {self.seq_len} were split into pieces of at "
+                         f"most {self.seq_len} tokens in consecutive rows, every piece kept for training (none cut off)")
+            if others:
+                text += (f"; {others:,} shorter example(s) start near the end of a row and continue into the next")
+            if s["split_examples"]:
+                text += " (position_ids restart in each row: a continuation does not see its beginning)"
+            if self.empty_rows:
+                text += f"; {self.empty_rows:,} row(s) with no token to learn from (inside a long prompt) left out"
+            return text
         return (f"packing off: one example per row, padded to the longest row of each micro batch; real tokens per "
                 f"row: mean {s['row_tokens_mean']:.1f}, max {s['row_tokens_max']} of --seq-len {self.seq_len}"
                 + (" (rows are shorter than --seq-len: tokens/s, MFU and memory describe these rows)"
                    if s["row_tokens_mean"] < self.seq_len else "")
-                + f"; {s['cut_examples']:,} example(s) were longer than --seq-len and were cut"
+                + (f"; {s['cut_examples']:,} example(s) longer than --seq-len were cut to their first {self.seq_len} "
+                   "tokens (the rest is not trained on)" if s["cut_examples"] else "")
                 + (f"; {s['dropped_examples']:,} dropped (nothing left to learn after the cut)" if s["dropped_examples"] else ""))
 
 

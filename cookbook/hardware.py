@@ -7,7 +7,8 @@
   and its PCIe 4.0 ×16 link (:data:`RTX4090_BF16_TFLOPS`, :data:`PCIE4_X16_GBPS`);
 * the limits — :func:`throughput_ceiling` (compute and PCIe bounds on samples/s, to test a claim),
   :func:`scaled_budget_gib` (the CPU rehearsal's per-rank "device" memory, scaled from a real GPU);
-* :func:`hardware_label` — where a run ran, for tables and plot legends.
+* :func:`hardware_label` — where a run ran, for tables and plot legends;
+* :func:`terminal_progress` — whether this process writes to a terminal (live bars) or not (a notebook).
 
 Every other module asks here; this module imports none of them at import time (``models`` and
 ``train`` only inside the functions that need a model's numbers), so it closes no import circle.
@@ -178,9 +179,21 @@ def throughput_ceiling(plan, *, peak_tflops: float = RTX4090_BF16_TFLOPS, pcie_g
             "flops_per_token": fpt, "pcie_bytes_per_micro_batch": traffic}
 
 
+def terminal_progress(stream=None) -> bool:
+    """Whether live progress bars (tqdm's carriage-return redraws) suit ``stream`` (default ``sys.stderr``):
+    only a terminal (``isatty()``). In a notebook kernel — papermill's executions included — or a pipe,
+    every redraw would be kept as text in the cell's output or the log, so callers print a few plain
+    lines instead (:func:`cookbook.launch.launch`) or switch the library's bars off (``datasets``)."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 __all__ = ["GPU_COMPUTE_CAPABILITY", "LIBAIO_PACKAGES", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "free_port",
            "gpu_compute_capability", "hardware_label", "libaio_present", "on_gpu_machine", "rehearsal",
-           "scaled_budget_gib", "throughput_ceiling"]
+           "scaled_budget_gib", "terminal_progress", "throughput_ceiling"]
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:

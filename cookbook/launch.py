@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -200,6 +201,8 @@ def train_argv(plan: Plan, output_dir: Path, **options) -> list[str]:
             continue
         if value is True:
             argv.append(flag)
+        elif str(value).startswith("-"):  # a value argparse would take for an option (--lr-source --lr)
+            argv.append(f"{flag}={value}")
         else:
             argv += [flag, str(value)]
     return argv
@@ -572,7 +575,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            save_16bit: str = "every", report_to: str = "none", random_weights: bool = False, quiet: bool = False,
            run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
            dataset_split: str | None = None, dataset_fields: str | dict | None = None,
-           chat_template: str | None = None) -> RunResult:
+           chat_template: str | None = None, lr_source: str | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -614,7 +617,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         startup_timeout_s: the same limit before rank 0's first training step (imports, JIT op builds,
             model initialisation); default ``max(hang_timeout_s, 600)``: a 7B model takes minutes.
         env: extra environment variables for the ranks (they win over recommendations).
-        progress: show a tqdm bar of steps with loss and tokens/s.
+        progress: live progress of the steps with loss and tokens/s: a tqdm bar on a terminal; in a notebook
+            (papermill included) or a pipe, a plain line every tenth of the run (no redrawn bars in the output).
         quiet: do not print what the run trains (model source, tokenizer, examples, schedule) before it starts.
         run_file: the YAML run file the options came from (named in ``run.resolved.yaml``).
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
@@ -622,6 +626,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             which a config value may not override; default: :func:`stated_fields` (those that differ from the
             defaults of :class:`Plan` and of this function). ``cookbook launch`` passes the options typed.
         names: how messages name each field (``cookbook launch`` passes its flags); default: the Python names.
+        lr_source: where ``lr`` came from, for ``summary.hyperparameters.lr_source`` (``cookbook train`` passes
+            ``--lr`` or ``run file PATH``); default: ``launch(lr=...)`` when ``lr`` is given. An lr taken from
+            the config, or the tiny models' default, is named as such; one filled into the config's ``"auto"``
+            says so.
 
     Process control (:mod:`cookbook.procs`): the run holds ``output_dir/run.lock`` while it runs (a
     second live run there is refused with status ``config_error``; a stale lock is taken over with a
@@ -677,6 +685,9 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     #    and the run's length are known (step 2) — for the values that depend on them.
     ds_config = resolution = None
     name = "config" if config is None or isinstance(config, dict) else Path(config).name
+    if lr is not None and not lr_source:
+        lr_source = (names or {}).get("lr") or "launch(lr=...)"
+    lr_auto = None  # the config's optimizer.params.lr is "auto": the lr resolved below fills it
     if config is not None and stated is None:
         stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
 
@@ -707,8 +718,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         cfg_steps = ((given.get("scheduler") or {}).get("params") or {}).get("total_num_steps")
         if lr is None and isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr > 0:
             lr = opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what the user did not type
+            lr_source = f"{name}: optimizer.params.lr"
+        lr_auto = cfg_lr == "auto"
         if max_steps is None and num_epochs is None and isinstance(cfg_steps, int) and cfg_steps > 0:
             max_steps = opts["max_steps"] = cfg_steps
+    opts["lr_source"] = lr_source
 
     # precision the device cannot run, before anything else is done
     # (a user's config is checked by the linter's machine rules instead, which name its keys)
@@ -729,7 +743,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     except SystemExit:
         return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
     max_steps, lr, warmup_steps = parsed.max_steps, parsed.lr, parsed.warmup_steps
-    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps)
+    hp = facts["hyperparameters"]
+    if lr_auto:
+        hp["lr_source"] = f"{hp['lr_source']}, filled into {name}'s \"auto\" optimizer.params.lr"
+    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps, lr_source=hp["lr_source"])
     targs = train_argv(plan, run_dir, **opts) + list(extra_args)
     if config is not None:
         report, problem = resolve(lr, max_steps, warmup_steps)
@@ -862,12 +879,22 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                    max_steps: int, startup_timeout_s: float, lock=None) -> tuple[int | None, bool, str | None]:
     """Run the launcher(s) in new process groups, each dying with this thread (parent-death signal,
     :mod:`cookbook.procs`); stream rank 0's steps; keep ``lock``'s heartbeat; stop everything on a
-    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None)."""
+    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
+
+    ``progress`` on a terminal: one tqdm line redrawn in place (steps, loss, tokens/s). Elsewhere — a
+    notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every
+    redraw would stay in the output, so a plain line is printed every tenth of the run instead (at most
+    ~11 lines)."""
+    from .hardware import terminal_progress
     from .procs import child_command, kill_run, register_live, unregister_live
-    bar = None
-    if progress:
-        from tqdm.std import tqdm  # text, not a widget: the executed notebook keeps the final line
+    bar, every = None, None
+    if progress and terminal_progress(sys.stderr):
+        from tqdm.std import tqdm
         bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
+    elif progress:
+        every = max(1, math.ceil(max_steps / 10))
+        print(f"training: {max_steps} steps; a line every {every} step(s) (not a terminal: no live bar)",
+              file=sys.stderr, flush=True)
     launcher_log = open(log_dir / "launcher.log", "ab")
     # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
     commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
@@ -881,7 +908,9 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                                           start_new_session=True))
         if lock is not None:
             register_live(lock.run_id, procs)
-            lock.update(launcher_pids=[p.pid for p in procs])
+            # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
+            lock.update(launcher_pids=[p.pid for p in procs],
+                        torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
             if lock is not None:
@@ -903,14 +932,18 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                     for line in lines:
                         if line.startswith(STEP_PREFIX):
                             stepped = True
-                        if line.startswith(STEP_PREFIX) and bar is not None:
+                        if line.startswith(STEP_PREFIX) and (bar is not None or every):
                             row = json.loads(line[len(STEP_PREFIX):])
-                            bar.n = row["step"]
                             post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
                             if row.get("eval_loss") is not None:
                                 post["eval_loss"] = f"{row['eval_loss']:.3f}"
-                            bar.set_postfix(**post)
-                            bar.refresh()
+                            if bar is not None:
+                                bar.n = row["step"]
+                                bar.set_postfix(**post)
+                                bar.refresh()
+                            elif row["step"] % every == 0 or row["step"] == max_steps:
+                                print(f"training: step {row['step']}/{max_steps}, "
+                                      + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr, flush=True)
             # before the first step, initialisation (model build, JIT op builds, process groups) may
             # take minutes in silence; after it, a silent rank 0 means a hang
             limit = hang_timeout_s if stepped else startup_timeout_s
@@ -951,7 +984,7 @@ def _stop(procs, grace_s: float = 10.0) -> None:
 RESOLVED_FILE = "run.resolved.yaml"
 
 #: Options that shape the command's output, not the run: never read from or written to a run file.
-_NOT_IN_RUN_FILE = {"help", "json", "dry_run", "progress", "run_file", "func", "stop_after_step"}
+_NOT_IN_RUN_FILE = {"help", "json", "dry_run", "progress", "run_file", "func", "stop_after_step", "lr_source"}
 
 #: Names users bring from the HF Trainer, LLaMA-Factory and axolotl, for the did-you-mean of an unknown key.
 FOREIGN_KEYS = {"learning_rate": "lr", "num_train_epochs": "num-epochs", "per_device_train_batch_size": "micro-batch",
@@ -1132,6 +1165,8 @@ def _cli(args) -> int:
                 setattr(args, dest, value)
         # what the run file sets was chosen by the user, as much as a typed flag
         args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
+        if "lr" in from_file and "lr" not in explicit:
+            args._lr_source = f"run file {args.run_file}"
     on_gpu = on_gpu_machine()
     rehearsal = is_rehearsal_model(args.model)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
@@ -1177,7 +1212,8 @@ def _cli(args) -> int:
                      lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                      eval_fraction=args.eval_fraction, eval_dataset=args.eval_dataset, eval_steps=args.eval_steps,
                      save_total_limit=args.save_total_limit, save_16bit=args.save_16bit, report_to=args.report_to,
-                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None))
+                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None),
+                     lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143

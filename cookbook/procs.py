@@ -531,6 +531,28 @@ def resume_hint(run_dir, *, python: bool = True) -> str:
     return f"{flag} continues from checkpoint {name} (step {step})"
 
 
+def building_ops(extensions_dir) -> list[dict]:
+    """DeepSpeed ops being JIT-built in ``extensions_dir`` (the ranks' ``TORCH_EXTENSIONS_DIR``), one dict
+    per op: ``op`` (the build folder's name, e.g. ``cpu_adam``), ``folder``, ``since_s`` (age of its
+    build lock) and ``last_write_s`` (seconds since anything in the folder changed).
+
+    ``torch.utils.cpp_extension.load`` (which DeepSpeed's ``OpBuilder.jit_load`` calls) holds an empty
+    ``lock`` file in the op's build folder while it compiles (``torch/utils/file_baton.py``); other ranks
+    wait for it to go. The first build of CPU Adam takes minutes on a cold machine; later runs load it.
+    """
+    root = Path(extensions_dir)
+    out, now = [], time.time()
+    for lock in sorted((*root.glob("*/lock"), *root.glob("*/*/lock"))) if root.is_dir() else []:
+        try:
+            since = now - lock.stat().st_mtime
+            newest = max([lock.stat().st_mtime] + [f.stat().st_mtime for f in lock.parent.iterdir()])
+        except OSError:  # the build ended meanwhile
+            continue
+        out.append({"op": lock.parent.name, "folder": str(lock.parent), "since_s": round(since, 1),
+                    "last_write_s": round(now - newest, 1)})
+    return out
+
+
 def run_state(run_dir) -> dict:
     """What ``cookbook status`` reports for ``run_dir``.
 
@@ -538,7 +560,8 @@ def run_state(run_dir) -> dict:
     ``stopped`` — ended before its last step —, ``failed``, ``not started`` or ``no run``), ``lock``
     (the lock's JSON or None), ``lock_note`` (live/stale reason), ``step``, ``max_steps``, ``last``
     (the last row of ``metrics.jsonl``), ``summary_status``, ``checkpoint``/``checkpoint_step``
-    (newest complete), and ``message`` (one line in words).
+    (newest complete), ``building`` (while a live run JIT-builds DeepSpeed ops in the extensions folder its
+    lock names, :func:`building_ops`; else []) and ``message`` (one line in words).
     """
     run_dir = Path(run_dir).resolve()
     info = read_lock(run_dir)
@@ -577,10 +600,17 @@ def run_state(run_dir) -> dict:
         bits = [f"loss {last['loss']:.4f}"] + ([f"lr {last['lr']:.3g}"] if last.get("lr") is not None else []) \
             + ([f"{last['tokens_per_s']:.0f} tokens/s"] if last.get("tokens_per_s") is not None else [])
         where += " (" + ", ".join(bits) + ")"
+    building = building_ops(info["torch_extensions_dir"]) if live and info.get("torch_extensions_dir") else []
     if state == "running":
         since = time.time() - float(info.get("started_at", time.time()))
         msg = (f"running: {where}; {_describe(info)}; for {since / 60:.1f} min, heartbeat "
                f"{info.get('heartbeat_age_s', 0):.0f} s ago")
+        if building:
+            ops = ", ".join(b["op"] for b in building)
+            msg = (f"running: building DeepSpeed op(s) {ops} (a JIT compile, minutes on a first run; later runs "
+                   f"load the build from {Path(building[0]['folder']).parent}): for "
+                   f"{max(b['since_s'] for b in building) / 60:.1f} min, last build file written "
+                   f"{min(b['last_write_s'] for b in building):.0f} s ago; " + msg[len("running: "):])
     elif state == "finished":
         msg = (f"finished: {summary['steps']} steps, loss {summary['first_loss']:.4f} → {summary['last_loss']:.4f}, "
                f"{summary['tokens_per_s']:.0f} tokens/s")
@@ -597,7 +627,7 @@ def run_state(run_dir) -> dict:
     return {"run_dir": str(run_dir), "running": live, "state": state, "lock": info, "lock_note": why,
             "step": step, "max_steps": max_steps, "last": last,
             "summary_status": summary.get("status") if summary else None,
-            "checkpoint": ckpt_name, "checkpoint_step": ckpt_step, "message": msg}
+            "checkpoint": ckpt_name, "checkpoint_step": ckpt_step, "building": building, "message": msg}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -681,7 +711,7 @@ def _stop_cli(args) -> int:
 
 def register(subparsers) -> None:
     st = subparsers.add_parser("status", help="is the run in a folder running; its step and last metrics",
-                               description="Whether a run is live in RUN_DIR (its run.lock), the step it reached and "
+                               description="Whether a run is live in RUN_DIR (its run.lock), whether it is JIT-building DeepSpeed ops (first run), the step it reached and "
                                            "its last metrics (metrics.jsonl), its result (summary.json) and newest "
                                            "complete checkpoint. Exit 0, or 2 when RUN_DIR holds no run.")
     st.add_argument("run_dir", help="the run's --output-dir")

@@ -256,6 +256,31 @@ def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os
 # --------------------------------------------------------------------------------------------
 # environment rules on recorded machines
 
+def host_memory_why(plan, facts: Mapping, status: str, reason: str = "") -> str:
+    """Why the ``host_memory`` rule gave ``status`` for ``plan`` on the machine ``facts`` describe, in one
+    sentence with the numbers: host RAM needed (the memory estimate's host total,
+    :func:`cookbook.memory.estimate`, ``host_gib["total"]``, GiB) against the RAM the machine has
+    (``host_memory_gib`` in its facts, else the plan's ``host_memory_gib``). When there is no estimate or
+    no RAM figure, ``reason`` (the rule's own) is returned.
+
+    Args:
+        plan: the plan checked (its ``num_gpus`` the machine's). facts: the machine's facts.
+        status: the rule's verdict (``ok``/``warn``/``fail``). reason: the rule's reason, the fallback.
+    """
+    from . import env
+    total = facts.get("host_memory_gib") or plan.host_memory_gib
+    est, why = env._estimate(plan) if plan.model else (None, reason)
+    if est is None or not total:
+        return reason or why
+    need = float(est.host_gib["total"])
+    where = f"the estimate for {plan.label} on {plan.num_gpus} rank(s) needs ≈ {need:.1f} GiB of host RAM"
+    if status == "fail":
+        return f"{where}; this machine has {float(total):.1f} GiB: the kernel OOM killer would end the run"
+    if status == "warn":
+        return f"{where} of this machine's {float(total):.1f} GiB: little headroom"
+    return f"{where}; this machine has {float(total):.1f} GiB"
+
+
 def check_recorded(plan, files: Mapping[str, str]):
     """Run :func:`cookbook.env.check` on facts recorded on other machines.
 
@@ -265,8 +290,9 @@ def check_recorded(plan, files: Mapping[str, str]):
 
     Returns:
         ``(frame, records)``: a DataFrame with one row per machine (driver, the ``rtx40_p2p`` verdict,
-        the host-RAM verdict for the plan, the recommended environment) and label -> dict with the
-        verdicts and the environment block to paste.
+        the host-RAM verdict for the plan with its reason — host RAM needed by the estimate against the
+        machine's RAM (:func:`host_memory_why`) —, the recommended environment) and label -> dict with the
+        verdicts, the host-RAM reason and fix, and the environment block to paste.
     """
     import pandas as pd
     from . import env
@@ -275,15 +301,18 @@ def check_recorded(plan, files: Mapping[str, str]):
         path = Path(name) if Path(name).is_file() else FACTS_DIR / name
         facts = env.load_facts(path)
         world = len(facts.get("gpus") or []) or plan.num_gpus
-        r = env.check(plan.replace(num_gpus=world), facts)
+        planned = plan.replace(num_gpus=world)
+        r = env.check(planned, facts)
+        host = r["host_memory"]
+        why = host_memory_why(planned, facts, host.status, host.reason)
         records[label] = {"file": path.name, "ok": r.ok, "verdict": r.verdict, "rtx40_p2p": r["rtx40_p2p"].status,
-                          "host_memory": r["host_memory"].status, "recommended_env": dict(r.recommended_env),
-                          "env_block": r.env_block()}
+                          "host_memory": host.status, "host_memory_why": why, "host_memory_fix": host.fix,
+                          "recommended_env": dict(r.recommended_env), "env_block": r.env_block()}
         rows.append({"machine": label, "driver": facts.get("driver_version"), "rtx40_p2p": r["rtx40_p2p"].status,
-                     "host RAM for the plan": r["host_memory"].value, "host_memory": r["host_memory"].status,
+                     "host_memory": host.status, "host_memory why": why,
                      "recommended env": " ".join(f"{k}={v}" for k, v in r.recommended_env.items()) or "(nothing)"})
     return pd.DataFrame(rows), records
 
 
-__all__ = ["reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded",
+__all__ = ["reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded", "host_memory_why",
            "reference_frame", "reference_notes", "reference_results"]

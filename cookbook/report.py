@@ -116,7 +116,9 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     parts.append("<h2>The answers</h2><p>For each target: the recipe to run, whether it fits the GPU and the host "
                  "(the estimate for the target machine), what the notebook's central run measured here, and the "
                  "throughput projected to RTX 4090s. On the CPU rehearsal the measured numbers are tiny models on "
-                 "CPU ranks, and the projection comes from the GPU reference runs (data/reference).</p>"
+                 "CPU ranks, and the projection comes from the GPU reference run of the target's model (data/reference), "
+                 "when there is one. A target whose notebook was not run in this run-all says <i>not run here</i> "
+                 "and names the notebook that answers it.</p>"
                  + answers.to_html(index=False, na_rep=MISSING))
     # overview
     rows = []

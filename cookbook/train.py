@@ -146,6 +146,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="cap each rank's GPU memory to emulate a smaller card (e.g. 24 on an H200)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code (off unless asked)")
     p.add_argument("--stop-after-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: simulate a stop
+    # where --lr came from when the launch helper passes it on (a run file, a config, the tiny models' default)
+    p.add_argument("--lr-source", default=None, help=argparse.SUPPRESS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +359,8 @@ def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
 
     * ``--lr``: required for real models; the shipped tiny models default to
       :data:`cookbook.models.REHEARSAL_LR` (3e-3), which is 100-300x too high for a 7B-14B model.
+      ``lr_source`` says where it came from: ``--lr``, or what the launch helper passed as ``--lr-source``
+      (a run file, the DeepSpeed config, the tiny models' default filled into the config's ``"auto"``).
     * ``--max-steps`` wins over ``--num-epochs`` (as in the HF Trainer); epochs become steps with
       :func:`cookbook.dsconfig.total_steps_for_epochs`; the tiny models default to 40 steps.
     * warm-up: ``--warmup-steps`` wins, else ``ceil(max_steps × --warmup-ratio)``
@@ -377,7 +381,8 @@ def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
                 "1e-5); the tiny models' 3e-3 would be 100-300x too high.")
         args.lr, out["lr_source"] = REHEARSAL_LR, "the shipped tiny models' default"
     else:
-        out["lr_source"] = "--lr"
+        # the launch helper passes the lr it resolved with its origin (--lr-source); typed here, it is --lr
+        out["lr_source"] = getattr(args, "lr_source", None) or "--lr"
     spe = steps_per_epoch(num_examples, args.micro_batch, args.grad_accum, world_size)
     epochs = getattr(args, "num_epochs", None)
     if args.max_steps is None:
@@ -452,10 +457,39 @@ def validate_inputs(args, world_size: int, *, gpu_box: bool | None = None, keep_
                   "tokenizer_source": describe_tokenizer(args, tok, tok_path), "model": str(args.model),
                   "model_source": describe_source(spec), "random_weights": not spec.has_weights,
                   "model_vocab": spec.vocab_size, "num_params": spec.num_params, "global_batch": global_batch,
-                  "seq_len": args.seq_len, "hyperparameters": hp, "epochs": hp["epochs"]})
+                  "seq_len": args.seq_len, "hyperparameters": hp, "epochs": hp["epochs"],
+                  "small_dataset": small_dataset_note(len(rows), global_batch, micro_batch=args.micro_batch,
+                                                      grad_accum=args.grad_accum, world_size=world_size)})
     if keep_data:
         facts.update(tokenizer=tok, data=data, eval_data=eval_data)
     return facts
+
+
+def small_dataset_note(rows: int, global_batch: int, *, micro_batch: int | None = None,
+                       grad_accum: int | None = None, world_size: int | None = None) -> dict | None:
+    """The note for a dataset smaller than one global batch (``micro batch × grad accum × world size``
+    rows), or None when it is not.
+
+    :func:`cookbook.data.sample_order` fills every optimizer step with a full global batch, wrapping into
+    the next epoch's permutation, so each row appears ``global_batch / rows`` times per step (the floor or
+    the ceiling of it). The HF Trainer and LLaMA-Factory would instead run steps of fewer rows; either way
+    the run goes on, and says so.
+
+    Returns:
+        ``{"rows", "global_batch", "repeats_per_step" (global_batch / rows, 2 decimals), "message"}``.
+    """
+    if rows <= 0 or rows >= global_batch:
+        return None
+    shape = (f" (--micro-batch {micro_batch} × --grad-accum {grad_accum} × {world_size} rank(s))"
+             if None not in (micro_batch, grad_accum, world_size) else " (micro batch × grad accum × world size)")
+    lo, hi = global_batch // rows, -(-global_batch // rows)
+    times = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    message = (f"the data holds {rows:,} row(s), fewer than one global batch of {global_batch:,} rows{shape}: every "
+               f"optimizer step repeats each row {times} times ({global_batch} / {rows} = {global_batch / rows:.2f}). "
+               "The HF Trainer would run steps of fewer rows instead. For distinct rows in a step, add data or "
+               "lower --micro-batch / --grad-accum")
+    return {"rows": rows, "global_batch": global_batch, "repeats_per_step": round(global_batch / rows, 2),
+            "message": message}
 
 
 def describe_inputs(facts: dict) -> list[str]:
@@ -467,11 +501,13 @@ def describe_inputs(facts: dict) -> list[str]:
              f"[tokenizer] {facts['tokenizer_source']}; the model's embedding has {facts['model_vocab']:,} rows"]
     data = (f"[data] {facts['examples']:,} training examples"
             + (f" of {facts['records']:,} records" if facts.get("records") not in (None, facts["examples"]) else "")
-            + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} were truncated"
-               if facts.get("truncated") is not None else ""))
+            + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} cut to it (packing off)"
+               if facts.get("truncated") else ""))
     lines.append(data)
     if facts.get("data_report"):
         lines.append(f"[data] {facts['data_report']}")
+    if facts.get("small_dataset"):
+        lines.append(f"[data] NOTE: {facts['small_dataset']['message']}")
     if facts.get("eval_source"):
         lines.append(f"[eval] {facts['eval_examples']:,} eval examples: {facts['eval_source']}")
     if hp:
@@ -773,6 +809,10 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                  f"{facts['format_description']}; {data.describe()} ({why})")
     _print_rank0(accelerator, f"[data] global batch {facts['global_batch']} rows of {args.seq_len} token slots, "
                  f"{facts['epochs']} epochs over {args.max_steps} steps")
+    facts["small_dataset"] = small_dataset_note(len(data), facts["global_batch"], micro_batch=args.micro_batch,
+                                                grad_accum=args.grad_accum, world_size=world)
+    if facts["small_dataset"]:
+        _print_rank0(accelerator, f"[data] NOTE: {facts['small_dataset']['message']}")
     _print_rank0(accelerator, "[attention] " + (attention["how"] if packing else
                  f"{attention['implementation']}: no packing, one example per row; padding is masked by attention_mask"))
     if packing and not attention["within_examples"]:
@@ -1083,7 +1123,8 @@ def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full
 
 def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_peaks, facts, spec,
                   gradient_checkpointing, precision, finished, resumed_from, verification, device_name) -> dict:
-    """Write ``summary.json`` (rank 0). Throughput is the median over steps after the first (warm-up)."""
+    """Write ``summary.json`` (rank 0). Throughput is the median over steps after the first (warm-up).
+    ``small_dataset``: :func:`small_dataset_note` when the rows are fewer than one global batch, else None."""
     from .checkpoint import atomic_write_text
     losses = [r["loss"] for r in rows]
     evals = [[r["step"], r["eval_loss"]] for r in rows if r.get("eval_loss") is not None]
@@ -1121,6 +1162,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "attention": facts.get("attention"), "rows": facts.get("rows_stats"),
         **shape,
         "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "global_batch": facts["global_batch"],
+        "small_dataset": facts.get("small_dataset"),
         "zero_stage": zero.get("stage", 0),
         "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none") if zero else "none",
         "offload_param": zero.get("offload_param", {}).get("device", "none") if zero else "none",

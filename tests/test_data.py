@@ -199,14 +199,19 @@ def test_packed_rows_hold_exactly_seq_len(tok):
     s = rows.stats()
     assert s["packing_efficiency"] == pytest.approx(total / (64 * len(rows)), abs=1e-5)
     assert s["longer_than_seq_len"] == sum(n > 64 for n in data.lengths) > 0
-    assert "split across rows, not cut" in rows.describe()
+    longer = s["longer_than_seq_len"]
+    assert (f"{longer} example(s) longer than --seq-len 64 were split into pieces of at most 64 tokens in "
+            "consecutive rows, every piece kept for training (none cut off)") in rows.describe()
+    assert f"{rows.split - longer} shorter example(s) start near the end of a row" in rows.describe()
+    assert rows.split > longer and "truncated" not in rows.describe()
     # position_ids restart at 0 for every example and every row
     for pos in rows.position_ids:
         assert pos[0] == 0 and all(b == a + 1 or b == 0 for a, b in zip(pos, pos[1:]))
     # without packing: one example per row, cut
     flat = make_rows(data, 64, packing=False)
     assert flat.cut == s["longer_than_seq_len"] and max(map(len, flat.input_ids)) == 64
-    assert "were cut" in flat.describe() and "shorter than --seq-len" in flat.describe()
+    assert f"{flat.cut} example(s) longer than --seq-len were cut to their first 64 tokens" in flat.describe()
+    assert "shorter than --seq-len" in flat.describe()
     # rows in which nothing is trained on (inside a long prompt) are left out by default, and counted
     kept = make_rows(data, 64, packing=True, seed=3, pad_id=tok.pad_token_id)
     empty = [y for y in rows.labels if all(t == IGNORE_INDEX for t in y)]
@@ -368,7 +373,14 @@ def test_examples_longer_than_seq_len_counted_split_or_cut(tmp_path, tok):
     data = tokenize(recs, tok, 32, packing=True)
     assert data.num_longer == 2  # the 5-turn conversation (~40 tokens) and the long answer (~210)
     packed = make_rows(data, 32, packing=True, seed=0, pad_id=tok.pad_token_id)
-    assert packed.longer == 2 and "2 were longer than --seq-len 32 and were split across rows, not cut" in packed.describe()
+    assert packed.longer == 2 and "2 example(s) longer than --seq-len 32 were split into pieces of at most 32 tokens" \
+        in packed.describe()
     cut = make_rows(tokenize(recs, tok, 32), 32, packing=False)
-    assert cut.cut == 2 and "2 example(s) were longer than --seq-len and were cut" in cut.describe()
+    assert cut.cut == 2 and "2 example(s) longer than --seq-len were cut to their first 32 tokens" in cut.describe()
+    # zero counts are left out, not shown as "0 cut" beside a split count
+    short = make_rows(tokenize(load_records(_file(tmp_path, [GOOD])), tok, 512), 512, packing=False)
+    assert short.cut == 0 and "cut" not in short.describe() and "longer than" not in short.describe()
+    one = make_rows(tokenize(load_records(_file(tmp_path, [GOOD])), tok, 512, packing=True), 512, packing=True,
+                    pad_id=tok.pad_token_id)
+    assert one.longer == one.split == 0 and "split" not in one.describe() and "continue" not in one.describe()
     assert format_prompt("a") == "### Instruction:\na\n\n### Response:\n"

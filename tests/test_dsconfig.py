@@ -578,3 +578,39 @@ def test_refusals_name_the_flags_typed(capsys):
     assert "--nvme-path is not set" in capsys.readouterr().err
     assert cli.main(["config", "zero3", "--gpus", "2", "--micro-batch", "1", "--grad-accum", "1", "--lr", "-1"]) == 2
     assert "--lr -1.0: must be a number > 0.0" in capsys.readouterr().err
+
+
+def test_stock_benchmark_configs_are_filled_by_resolve_config():
+    """benchmarks/stock.py fills the stock configs' "auto" with cookbook.dsconfig.resolve_config (the rules
+    `cookbook launch` applies), each change with its source; the comparison's own changes stay."""
+    from benchmarks import stock
+    from cookbook.plan import Plan
+
+    def autos(d, path=""):
+        for k, v in d.items():
+            p = f"{path}.{k}" if path else k
+            if isinstance(v, dict):
+                yield from autos(v, p)
+            elif v == "auto":
+                yield p
+    plan = Plan(model="llama-7b", num_gpus=1, seq_len=1024, micro_batch=2, grad_accum=8, precision="bf16",
+                zero_stage=3, offload_optimizer="cpu", offload_param="cpu", gradient_checkpointing=True)
+    h = 4096  # LLaMA-7B's hidden size (Touvron et al. 2023, table 2)
+    for name in stock.STOCK:
+        cfg, changes = stock.resolve(name, plan, lr=2e-5, max_steps=5)
+        assert not list(autos(cfg)), name
+        z = cfg["zero_optimization"]
+        assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) \
+            == (16, 2, 8)
+        assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg and cfg["gradient_clipping"] == 1.0
+        assert cfg["optimizer"]["params"]["lr"] == 2e-5 and cfg["scheduler"]["type"] == "WarmupDecayLR"
+        assert cfg["scheduler"]["params"]["total_num_steps"] == 5 and "activation_checkpointing" not in cfg
+        filled = {c.split(":")[0]: c for c in changes}
+        for path in autos(stock.STOCK[name]):
+            if path.startswith(("scheduler.", "fp16.", "bf16.")):
+                continue  # replaced by the comparison's own scheduler / precision block
+            assert path in filled and "(" in filled[path], (name, path, changes)
+        if "reduce_bucket_size" in filled.get("zero_optimization.reduce_bucket_size", ""):
+            assert z["reduce_bucket_size"] == h * h and z["stage3_prefetch_bucket_size"] == int(0.9 * h * h)
+            assert z["stage3_param_persistence_threshold"] == 10 * h
+            assert f"hidden_size² = {h}²" in filled["zero_optimization.reduce_bucket_size"]

@@ -179,6 +179,24 @@ def test_qwen14b_full_offload_on_256gib_host_fails():
     assert estimate(lighter).host_gib["total"] < need
 
 
+def test_recorded_machines_table_says_why_host_memory_fails():
+    """Notebook 00's table (reference.check_recorded): a host_memory fail carries RAM needed vs present."""
+    from cookbook import reference
+    from cookbook.memory import estimate
+    plan = Plan(model="qwen-14b", num_gpus=8, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    frame, records = reference.check_recorded(plan, {"8 × RTX 4090, 256 GiB": "host256_8xrtx4090.json",
+                                                     "4 × RTX 4090, driver 560": "rtx4090x4_driver560.json"})
+    row = frame.set_index("machine").loc["8 × RTX 4090, 256 GiB"]
+    need = estimate(plan).host_gib["total"]  # 8 GPUs in that facts file
+    assert row["host_memory"] == "fail"
+    assert f"needs ≈ {need:.1f} GiB of host RAM" in row["host_memory why"]
+    assert "this machine has 256.0 GiB" in row["host_memory why"]
+    need4 = estimate(plan.replace(num_gpus=4)).host_gib["total"]
+    total4 = facts("rtx4090x4_driver560")["host_memory_gib"]
+    why4 = records["4 × RTX 4090, driver 560"]["host_memory_why"]
+    assert f"on 4 rank(s) needs ≈ {need4:.1f} GiB" in why4 and f"has {total4:.1f} GiB" in why4
+
+
 def test_small_shm_in_container():
     f = facts("rtx4090x4_driver560")
     f["shm_gib"] = 64 / 1024  # docker's default 64 MiB

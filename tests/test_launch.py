@@ -364,3 +364,39 @@ def test_accelerate_zero3_offload_template_runs_from_the_cli(tmp_path):
         ok = res["status"] == "ok"
         message, details, summary = res["message"], res["details"], res["summary"]
     _check_ran_as_resolved(R, tmp_path / "run")
+
+
+def test_progress_outside_a_terminal_is_a_few_lines_not_redrawn_bars(tmp_path, capfd):
+    """A notebook cell (papermill) or a pipe keeps every tqdm redraw: there the launch prints a plain line
+    every tenth of the run; a terminal keeps the one-line bar (cookbook.hardware.terminal_progress)."""
+    from cookbook import hardware
+    from cookbook.launch import _run_and_watch
+    from cookbook.train import STEP_PREFIX
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    steps = 40
+    script = ("import json, time\n"
+              f"with open({str(logs / 'rank0.log')!r}, 'a') as f:\n"
+              f"    for s in range(1, {steps + 1}):\n"
+              f"        f.write({STEP_PREFIX!r} + json.dumps({{'step': s, 'loss': 5.0 - s / 100, 'tokens_per_s': 100.0}}) + '\\n')\n"
+              "        f.flush(); time.sleep(0.03)\n"
+              "time.sleep(1.5)\n")  # a real rank logs on after its last step (save, summary)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    assert not hardware.terminal_progress(sys.stderr)  # pytest captures: not a terminal
+    code, hung, ended = _run_and_watch([[sys.executable, "-c", script]], env, logs, 60, True, steps, 60)
+    err = capfd.readouterr().err
+    assert code == 0 and not hung and ended is None
+    assert "\r" not in err and "it/s" not in err and "step/s" not in err  # no tqdm redraws
+    lines = [l for l in err.splitlines() if l.startswith("training:")]
+    assert lines[0] == f"training: {steps} steps; a line every 4 step(s) (not a terminal: no live bar)"
+    assert lines[1:] == [f"training: step {s}/{steps}, loss {5.0 - s / 100:.3f}, tok_s 100" for s in range(4, 41, 4)]
+
+
+def test_datasets_bars_stay_out_of_a_notebook(tmp_path, capfd):
+    from cookbook.data import load_records
+    path = tmp_path / "d.csv"
+    path.write_text("instruction,input,output\nSay a,,a\nSay b,,b\n")
+    assert len(load_records(path)) == 2
+    assert "Generating train split" not in capfd.readouterr().err
+    import datasets
+    assert not datasets.are_progress_bars_disabled()  # the caller's setting is restored

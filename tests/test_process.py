@@ -109,6 +109,34 @@ def test_lock_of_another_host_goes_stale_by_heartbeat_and_a_reused_pid_is_not_it
     lock.release()
 
 
+def test_status_says_when_a_run_builds_deepspeed_ops(tmp_path, capsys):
+    """A first run JIT-compiles CPU Adam for minutes before its first step: status says so, from the build
+    lock torch.utils.cpp_extension holds in the ranks' extensions folder (recorded in run.lock)."""
+    from cookbook.cli import main
+    run, ext = tmp_path / "run", tmp_path / "torch_extensions"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True,
+                              env=_env())
+    try:
+        holder.stdout.readline()
+        from cookbook.procs import update_lock
+        info = json.loads((run / "run.lock").read_text())
+        update_lock(run, info["run_id"], lambda i: i.update(torch_extensions_dir=str(ext)))  # as launch() does
+        assert run_state(run)["building"] == [] and "building" not in run_state(run)["message"]
+        (ext / "cpu_adam").mkdir(parents=True)
+        (ext / "cpu_adam" / "build.ninja").write_text("rule cxx\n")
+        (ext / "cpu_adam" / "lock").write_text("")
+        st = run_state(run)
+        assert st["state"] == "running" and [b["op"] for b in st["building"]] == ["cpu_adam"]
+        assert st["message"].startswith("running: building DeepSpeed op(s) cpu_adam (a JIT compile, minutes on a "
+                                        f"first run; later runs load the build from {ext})")
+        assert main(["status", str(run)]) == 0 and "building DeepSpeed op(s) cpu_adam" in capsys.readouterr().out
+        (ext / "cpu_adam" / "lock").unlink()  # the build ended
+        assert run_state(run)["building"] == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # ----------------------------------------------------------------------------------------------
 # the parent-death chain, without DeepSpeed: cookbook process -> launcher -> rank
 

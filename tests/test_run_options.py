@@ -150,6 +150,48 @@ def test_epochs_become_steps_and_max_steps_wins(tmp_path):
     assert res.details["inputs"]["hyperparameters"]["max_steps"] == 9
 
 
+def _rank_lr_source(run_dir: Path) -> str:
+    """What the rank itself records as summary.hyperparameters.lr_source: its own resolve_hyperparameters
+    on the training arguments of the launch command (command.sh)."""
+    import shlex
+    from cookbook.train import resolve_hyperparameters
+    argv = shlex.split((run_dir / "command.sh").read_text().strip().splitlines()[-1])
+    args = train_args(*argv[argv.index("cookbook.train") + 1:])
+    return resolve_hyperparameters(args, 1000, 2)["lr_source"]
+
+
+def test_lr_source_is_where_the_lr_came_from_not_the_flag_launch_passes(tmp_path, capsys):
+    # the tiny models' default, filled by the launch helper (the rank sees --lr 0.003 on its command line)
+    res = launch(plan(), tmp_path / "a", dry_run=True, progress=False, quiet=True)
+    assert res.details["inputs"]["hyperparameters"]["lr_source"] == "the shipped tiny models' default"
+    assert _rank_lr_source(Path(res.run_dir)) == "the shipped tiny models' default"
+    # typed on the command line
+    assert main(["train", "--dry-run", "--lr", "1e-3", "--output-dir", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert _rank_lr_source(tmp_path / "b") == "--lr"
+    # from a run file (the command line did not type it)
+    run = tmp_path / "run.yaml"
+    run.write_text("lr: 1e-4\nmax-steps: 7\n")
+    assert main(["train", str(run), "--dry-run", "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert _rank_lr_source(tmp_path / "c") == f"run file {run}"
+    # the resolved run file does not carry the source as an option
+    assert "lr-source" not in (tmp_path / "c" / RESOLVED_FILE).read_text()
+    # from the DeepSpeed config's own number, and filled into its "auto"
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                               "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 2e-4}}}))
+    res = launch(plan(), tmp_path / "d", config=str(cfg), dry_run=True, progress=False, quiet=True, stated=())
+    assert res.status == "dry_run", res.message
+    assert _rank_lr_source(Path(res.run_dir)) == "ds.json: optimizer.params.lr"
+    cfg.write_text(cfg.read_text().replace("0.0002", '"auto"'))
+    res = launch(plan(), tmp_path / "e", config=str(cfg), dry_run=True, progress=False, quiet=True, stated=())
+    assert res.status == "dry_run", res.message
+    assert _rank_lr_source(Path(res.run_dir)) == \
+        "the shipped tiny models' default, filled into ds.json's \"auto\" optimizer.params.lr"
+    # a Python caller's lr=
+    res = launch(plan(), tmp_path / "f", lr=1e-3, dry_run=True, progress=False, quiet=True)
+    assert _rank_lr_source(Path(res.run_dir)) == "launch(lr=...)"
+
+
 def test_schedule_blocks_and_step_arithmetic():
     from cookbook.dsconfig import (ConfigError, build_config, steps_per_epoch, target_hyperparameters,
                                    warmup_steps_for)
@@ -184,10 +226,29 @@ def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
     n = sum(1 for l in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if l.strip())  # shipped chats
     held = math.ceil(0.05 * n)
     assert f"[data] {n - held:,} training examples of" not in out  # records == examples: said once
-    assert f"[data] {n - held:,} training examples" in out and "truncated" in out
+    assert f"[data] {n - held:,} training examples\n" in out  # packed: nothing cut, and no "0 truncated"
+    assert "truncated" not in out and "example(s) longer than --seq-len 128 were split into pieces of at most 128" in out
     assert "packing on" in out and "rows of exactly 128 tokens" in out
     assert f"{held} records held out of --dataset" in out
     assert "[schedule] lr 0.003" in out
+
+
+def test_dataset_smaller_than_one_global_batch_is_said_not_silent(tmp_path, capsys):
+    rows = [{"instruction": f"Say {w}.", "input": "", "output": w} for w in ("one", "two", "three")]
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 3 rows, global batch 4 × 1 × 2 = 8: each step holds every row 2 or 3 times
+    res = launch(plan(), tmp_path / "run", dry_run=True, progress=False, dataset=str(data), packing=False)
+    assert res.status == "dry_run", res.message
+    note = res.details["inputs"]["small_dataset"]
+    assert {k: note[k] for k in ("rows", "global_batch", "repeats_per_step")} == \
+        {"rows": 3, "global_batch": 8, "repeats_per_step": round(8 / 3, 2)}
+    out = capsys.readouterr().out
+    assert "[data] NOTE: the data holds 3 row(s), fewer than one global batch of 8 rows" in out
+    assert "repeats each row 2-3 times (8 / 3 = 2.67)" in out
+    # a dataset of at least one global batch gets no note
+    res = launch(plan(), tmp_path / "run2", dry_run=True, progress=False, quiet=True)
+    assert res.details["inputs"]["small_dataset"] is None
 
 
 def test_random_weights_on_a_gpu_box_need_the_flag():

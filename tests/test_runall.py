@@ -481,6 +481,33 @@ def test_report_leads_with_the_answers_for_both_targets(tmp_path):
         assert f"{round(ref7['tokens_per_s']):.0f}" in section and ref7["name"] in section
 
 
+def test_answers_for_a_notebook_not_run_here_borrow_no_number(tmp_path):
+    import pandas as pd
+    # only 06 ran (CPU rehearsal): the 05 row says "not run here" and names 05, with no projection
+    entries = [{"name": "06_final_1x4090", "status": "ok", "duration_s": 1.0,
+                "output_dir": _fake_results(tmp_path / "06", "06_final_1x4090", True)}]
+    page = report.write_html_report(tmp_path, entries).read_text()
+    frame = answers_mod.answers_frame({"06_final_1x4090": results.load_results(tmp_path / "06")})
+    row = frame.set_index("notebook").loc["05_final_8x4090"]
+    assert row["measured here"] == "not run here" and pd.isna(row["RTX 4090 projection tokens/s"])
+    assert "notebooks/05_final_8x4090.ipynb produces it" in row["note"]
+    assert "not run here: notebooks/05_final_8x4090.ipynb produces it" in page
+    # a notebook that ran but recorded nothing borrows nothing either
+    row = answers_mod.answers_frame({"05_final_8x4090": None}).set_index("notebook").loc["05_final_8x4090"]
+    assert pd.isna(row["RTX 4090 projection tokens/s"]) and row["note"].startswith("no results recorded")
+    # the rehearsal's row takes a reference projection only from a run of the target model's size
+    import math
+    rows = answers_mod.answers_frame({"05_final_8x4090": results.load_results(_fake_results(
+        tmp_path / "05", "05_final_8x4090", True))}).set_index("notebook")
+    n14 = model_spec("qwen-14b").num_params
+    ref14 = reference.reference_projection("05_final_8x4090", n14)
+    proj = rows.loc["05_final_8x4090", "RTX 4090 projection tokens/s"]
+    if ref14 and abs(math.log(ref14["num_params"] / n14)) > 0.1:
+        assert pd.isna(proj) and "is another model" in rows.loc["05_final_8x4090", "note"]
+    elif ref14:
+        assert proj == round(ref14["tokens_per_s"])
+
+
 def test_collapse_repeated_makes_one_line():
     import pandas as pd
     why = "the states do not fit the 24 GiB card at any batch shape"
