@@ -1568,7 +1568,8 @@ def _run(args) -> int:
             fields = {k: d[k] if getattr(args, k) is None else getattr(args, k)
                       for k in ("model", "micro_batch", "grad_accum", "zero_stage", "offload_optimizer", "offload_param")}
             fields.update(num_gpus=world, precision=precision, nvme_path=args.nvme_path,
-                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"])
+                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"],
+                          liger=bool(getattr(args, "liger", False)))
             plan = Plan(**fields)
         elif args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
             if args.host_memory_gib is not None and not args.model:
@@ -1657,6 +1658,8 @@ def register(subparsers) -> None:
     p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="bf16 / fp16 / fp32 (default as cookbook launch)")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=None, help="ZeRO stage (when the config says auto)")
+    p.add_argument("--liger", action="store_true",
+                   help="the run will use --liger (Liger's fused linear cross-entropy): check where it does not apply")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default=None, help="optimizer states to cpu/nvme")
     p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default=None, help="parameters to cpu/nvme")
     p.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")

@@ -322,3 +322,13 @@ def test_zenflow_offload_needs_overlap_comm():
     cfg["zero_optimization"]["overlap_comm"] = False
     f = _one(lint(cfg, plan=plan), "zero_optimization.zenflow.offload")
     assert f.severity == "error" and "overlap_comm" in f.fix
+
+
+def test_lint_cli_liger(tmp_path, capsys):
+    cfg = tmp_path / "z3.json"
+    plan = Plan(model="tiny-llama", num_gpus=2, micro_batch=1, zero_stage=3)
+    cfg.write_text(json.dumps(build_config(plan)))
+    base = ["lint", str(cfg), "--model", "tiny-llama", "--world-size", "2", "--micro-batch", "1", "--grad-accum", "1"]
+    assert cli.main(base + ["--liger"]) == 1
+    assert "zero_optimization.stage 3 with --liger" in capsys.readouterr().out
+    assert cli.main(base) == 0
