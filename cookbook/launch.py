@@ -195,6 +195,8 @@ def train_argv(plan: Plan, output_dir: Path, **options) -> list[str]:
             "--output-dir", str(output_dir)]
     if plan.nvme_path:
         argv += ["--nvme-path", plan.nvme_path]
+    if plan.liger:
+        argv.append("--liger")
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is None or value is False:
@@ -355,6 +357,26 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
             return (f"--precision bf16: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
                     "or newer (Ampere, Ada, Hopper). Use --precision fp16 (with loss scaling) on this GPU")
     return None
+
+
+def liger_refusal(plan: Plan, *, on_gpu: bool, dry_run: bool = False) -> str | None:
+    """Why ``--liger`` (``plan.liger``) cannot run, before any rank starts (None: it can, or it is off).
+
+    No NVIDIA GPU here, liger-kernel missing, an architecture other than llama/qwen2, or ZeRO-3 (see
+    :func:`cookbook.liger.problems`). A dry run of a real model on a machine without a GPU plans a GPU run
+    elsewhere: only the architecture and the stage are checked then (the GPU machine needs liger-kernel)."""
+    if not plan.liger:
+        return None
+    from . import liger
+    try:
+        from .models import model_spec
+        model_type = model_spec(str(plan.model)).model_type
+    except Exception:  # noqa: BLE001 - a missing model is reported by the input checks, naming --model
+        model_type = None
+    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
+    found = liger.problems(model_type=model_type, zero_stage=plan.zero_stage, on_gpu=on_gpu or elsewhere,
+                           check_install=not elsewhere)
+    return "; ".join(found) or None
 
 
 def clear_stale_build_locks(max_age_s: float = 300.0) -> list[str]:
@@ -530,8 +552,17 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
                      eager_attention=gpu_run and packed_with_mask)
         est = e.to_dict()
         if gpu_run and not e.fits_gpu:
-            refusals.append(f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has "
-                            f"{eplan.gpu_memory_gib:.1f} GiB")
+            line = f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has {eplan.gpu_memory_gib:.1f} GiB"
+            from . import liger
+            if not plan.liger and plan.zero_stage < 3:
+                from .models import model_spec
+                if model_spec(str(plan.model)).model_type in liger.ARCHITECTURES:
+                    with_liger = estimate(eplan.replace(liger=True), bf16_states=bf16_states, device="cuda",
+                                          ds_config=ds_config, eager_attention=packed_with_mask)
+                    if with_liger.fits_gpu:  # e.g. a zero2-offload-liger config launched without --liger
+                        line += (f" (with --liger, Liger's fused linear cross-entropy, it needs "
+                                 f"{with_liger.gpu_gib['total']:.1f} GiB and fits)")
+            refusals.append(line)
         if e.fits_host is False:
             refusals.append(f"the estimate needs {e.host_gib['total']:.1f} GiB of host RAM per machine but "
                             + (f"the plan gives {host:.1f} GiB" if elsewhere else f"this machine has {host:.1f} GiB"))
@@ -575,7 +606,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            save_16bit: str = "every", report_to: str = "none", random_weights: bool = False, quiet: bool = False,
            run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
            dataset_split: str | None = None, dataset_fields: str | dict | None = None,
-           chat_template: str | None = None, lr_source: str | None = None) -> RunResult:
+           chat_template: str | None = None, lr_source: str | None = None,
+           liger: bool | None = None) -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -608,6 +640,10 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             (default) packs when the model's attention keeps packed examples apart.
         dataset_split, dataset_fields, chat_template: ``--dataset-split``, ``--dataset-fields`` (a string
             ``standard=yours,...`` or a dict), ``--chat-template`` (a Jinja file).
+        liger: Liger kernels' fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`); None: the plan's
+            ``liger`` field decides, True/False sets it. Refused (status ``config_error``) without an NVIDIA GPU,
+            without liger-kernel, for an architecture other than llama/qwen2 and with ZeRO-3; a dry run of a real
+            model planned on a machine without a GPU gets those as notes.
         emulate_gpu_memory_gib: cap each rank's GPU memory (``torch.cuda.set_per_process_memory_fraction``)
             so a larger GPU behaves like a smaller card; on a CPU-only machine, the budget for the
             model states each rank holds on its "device" (see :mod:`cookbook.train`).
@@ -649,6 +685,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     t_start = time.time()
     run_dir = Path(output_dir).resolve()
     on_gpu = on_gpu_machine()
+    if liger is not None and isinstance(plan, Plan) and bool(liger) != plan.liger:
+        plan = plan.replace(liger=bool(liger))
     opts = dict(max_steps=max_steps, num_epochs=num_epochs, lr=lr, lr_scheduler=lr_scheduler,
                 warmup_ratio=DEFAULT_WARMUP_RATIO if warmup_ratio is None else warmup_ratio,
                 warmup_steps=warmup_steps, weight_decay=weight_decay or None, save_steps=save_steps,
@@ -729,6 +767,9 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     refused = precision_refusal(plan.precision, on_gpu) if config is None else None
     if refused and not dry_run:
         return result("config_error", refused, command="")
+    liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
+    if liger_refused and not dry_run:
+        return result("config_error", liger_refused + "; nothing was launched", command="")
 
     # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else;
     #    the learning rate and the run's length are resolved here (epochs -> steps, warm-up ratio -> steps)
@@ -777,6 +818,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                   f"{'off' if plan.gradient_checkpointing else 'on'})", flush=True)
         if refused:
             print(f"[precision] note: {refused}", flush=True)
+        if liger_refused:
+            print(f"[liger] note: {liger_refused}", flush=True)
+        elif plan.liger:
+            print("[liger] Liger fused linear cross-entropy: the loss without the full logits tensor "
+                  "(--liger; the DeepSpeed config has no key for it)", flush=True)
 
     # the config built from the plan when the user gave none
     if ds_config is None:
@@ -816,7 +862,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                       "--force (force=True from Python) to try anyway.", command=command, findings=findings,
                       estimate=est, details=details)
     if dry_run:
-        notes = refusals + ([refused] if refused else [])
+        notes = refusals + ([refused] if refused else []) + ([liger_refused] if liger_refused else [])
         note = (" Note, for " + ("the planned GPU run" if elsewhere else "this machine") + ": " + "; ".join(notes)) \
             if notes else ""
         if elsewhere and est and "gpu_gib" in est:
@@ -1191,7 +1237,8 @@ def _cli(args) -> int:
                     host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
                     grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
-                    gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines)
+                    gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
+                    liger=bool(getattr(args, "liger", False)))
     except PlanError as exc:
         print(f"error: {user_message(exc, args)}", file=sys.stderr)
         return 2

@@ -34,6 +34,11 @@ Rules (each names its source):
      the signatures of FusedAdam / DeepSpeedCPUAdam / torch.optim.* and ``runtime/lr_schedules.py``),
      with a did-you-mean; unknown optimizer / scheduler types.
  11. bucket sizes far below the h² rule (under a tenth of it): more, smaller collectives.
+ 12. ZenFlow (``zero_optimization.zenflow``): needs an offloaded optimizer (``offload_optimizer.device`` cpu;
+     ``runtime/zenflow/zenflow_stage_1_and_2.py``), ZeRO stage 1, 2 or 3 (:data:`ZENFLOW_STAGES`), no bf16/fp16
+     master weights with stages 1-2 (DeepSpeed 0.19.8 ``_enforce_cpu_offload`` in ``runtime/zero/stage_1_and_2.py``
+     accepts only ``DeepSpeedCPUAdam``; measured on the H200), ``zenflow.offload`` only with ``overlap_comm``.
+ 13. ``--liger`` (a plan with ``liger``) with ZeRO-3 or an architecture other than llama/qwen2.
  Also in rule 7: NVMe optimizer offload with bf16 master weights / optimizer states (DeepSpeed 0.19.8
  ``AssertionError`` in ``runtime/swap_tensor/utils.py``). With ``machine=True``: fp16 on a CPU rehearsal
  without CPU fp16, NVMe without libaio.
@@ -672,7 +677,8 @@ def _auto_fix(ctx: _Ctx, paths: list[str]) -> str:
 
 
 def _rule_auto(ctx: _Ctx) -> None:
-    autos = [p for p, v in _walk(ctx.cfg) if v == "auto"]
+    from .dsconfig import DEEPSPEED_OWN_AUTO
+    autos = [p for p, v in _walk(ctx.cfg) if v == "auto" and p not in DEEPSPEED_OWN_AUTO]
     if not autos or ctx.mode == "launch":  # launch mode: the resolution reported every "auto" left
         ctx.handled.update(autos)
         return
@@ -864,6 +870,85 @@ def _rule_activation_checkpointing(ctx: _Ctx) -> None:
                 "transformers models do not make them, so this block does nothing and activation memory is unchanged",
                 "delete the block and call model.gradient_checkpointing_enable() (or TrainingArguments("
                 "gradient_checkpointing=True)) before training")
+
+
+#: ZeRO stages with a ZenFlow optimizer in DeepSpeed 0.19.8: ``runtime/engine.py`` builds
+#: ``ZenFlowZeroOptimizer`` (``runtime/zenflow/zenflow_stage_1_and_2.py``) for stages 1-2 and hooks
+#: ``runtime/zenflow/engine_stage3.py`` into ``stage3.py`` for stage 3; stage 0 has no ZeRO optimizer.
+ZENFLOW_STAGES = (1, 2, 3)
+
+
+def _rule_zenflow(ctx: _Ctx) -> None:
+    """ZenFlow (``zero_optimization.zenflow``, DeepSpeed >= 0.18; config model ``runtime/zenflow/zenflow_config.py``)."""
+    zero = ctx.cfg.get("zero_optimization")
+    if not isinstance(zero, dict) or zero.get("zenflow") is None:
+        return
+    path = "zero_optimization.zenflow"
+    zf = zero["zenflow"]
+    stage = ctx.stage
+    if stage is not None and stage not in ZENFLOW_STAGES:
+        ctx.add(ERROR, f"{path}", f"zenflow with zero_optimization.stage {stage}: ZenFlow is built into DeepSpeed's "
+                "ZeRO optimizers (runtime/zenflow/zenflow_stage_1_and_2.py for stages 1-2, engine_stage3.py for stage 3); "
+                "stage 0 has none",
+                "set zero_optimization.stage to 2 (with offload_optimizer.device cpu), or delete zenflow")
+    off = zero.get("offload_optimizer")
+    device = off.get("device", "none") if isinstance(off, dict) else "none"
+    if device in (None, "none"):
+        shown = "missing" if not isinstance(off, dict) else f"device {device!r}"
+        ctx.add(ERROR, "zero_optimization.offload_optimizer.device",
+                f"zenflow without an offloaded optimizer (offload_optimizer {shown}): ZenFlow splits the update between "
+                "the GPU and a CPU optimizer (ZenFlowCPUAdam, built only for an offloaded optimizer: runtime/engine.py "
+                "get_optimizer_configuration); with stages 1-2 DeepSpeed 0.19.8 raises 'Zenflow must be used with cpu "
+                "offload' (runtime/zenflow/zenflow_stage_1_and_2.py)",
+                "add \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true} to zero_optimization, or "
+                "delete zenflow")
+    elif device == "nvme":
+        ctx.add(WARNING, "zero_optimization.offload_optimizer.device",
+                "zenflow with offload_optimizer.device 'nvme': ZenFlow's overlapped CPU optimizer was measured only with "
+                "device cpu (docs/benchmarks.md section 10); stages 1-2 take the CPU path for nvme anyway",
+                "set offload_optimizer.device to \"cpu\"")
+    bf16_key = "bf16" if "bf16" in ctx.cfg else "bfloat16"
+    bf16 = ctx.cfg.get(bf16_key)
+    if stage in (1, 2) and isinstance(bf16, dict) and bf16.get("enabled") in (True, "auto") \
+            and bf16.get("bf16_master_weights_and_grads") is True:
+        ctx.add(ERROR, f"{bf16_key}.bf16_master_weights_and_grads",
+                f"zenflow with {bf16_key}.bf16_master_weights_and_grads true (bf16 optimizer states): DeepSpeed 0.19.8 "
+                "stops at start with 'Master weights feature requires ZeRO-2 Offload with DeepSpeedCPUAdam' "
+                "(runtime/zero/stage_1_and_2.py, _enforce_cpu_offload: an exact type check that ZenFlowCPUAdam fails; "
+                "measured on an H200, data/reference/h200_levers_2026-12-01.json)",
+                f"set {bf16_key}.bf16_master_weights_and_grads and {bf16_key}.bf16_optimizer_states to false (fp32 "
+                "states: about twice the host RAM), or delete zenflow")
+    fp16 = ctx.cfg.get("fp16")
+    if stage in (1, 2) and isinstance(fp16, dict) and fp16.get("fp16_master_weights_and_grads") is True:
+        ctx.add(ERROR, "fp16.fp16_master_weights_and_grads",
+                "zenflow with fp16.fp16_master_weights_and_grads true: the same DeepSpeed 0.19.8 check "
+                "(_enforce_cpu_offload in runtime/zero/stage_1_and_2.py) refuses ZenFlowCPUAdam",
+                "set fp16.fp16_master_weights_and_grads to false, or delete zenflow")
+    if isinstance(zf, dict) and zf.get("offload") is True and zero.get("overlap_comm") is not True:
+        ctx.add(ERROR, f"{path}.offload",
+                f"zenflow.offload true without zero_optimization.overlap_comm true: DeepSpeed asserts 'offload selective "
+                "optimizer should be used with overlap_comm' (runtime/zenflow/zenflow_stage_1_and_2.py, "
+                "engine_stage3.py)",
+                "set zero_optimization.overlap_comm to true, or zenflow.offload to false")
+
+
+def _rule_liger(ctx: _Ctx) -> None:
+    """``--liger`` (``plan.liger``, :mod:`cookbook.liger`) where it does not apply: ZeRO-3 and other architectures.
+    (No NVIDIA GPU is a machine fact: ``cookbook train`` refuses it before launching.)"""
+    if ctx.plan is None or not ctx.plan.liger:
+        return
+    from . import liger
+    model_type = ctx.spec.model_type if ctx.spec is not None else None
+    if ctx.stage == 3:
+        ctx.add(ERROR, "zero_optimization.stage",
+                "zero_optimization.stage 3 with --liger: Liger's fused linear cross-entropy reads lm_head.weight without "
+                "calling lm_head, so ZeRO-3 never gathers it and the kernel gets an empty partition (Liger-Kernel issue "
+                "#1048: 'The size of tensor a (0) must match the size of tensor b')",
+                "set zero_optimization.stage to 2 (the measured recipe: ZeRO-2 + offload_optimizer cpu), or drop --liger")
+    if model_type is not None and model_type not in liger.ARCHITECTURES:
+        ctx.add(ERROR, "(model)",
+                f"--liger with model type {model_type!r}: the cookbook applies Liger's fused linear cross-entropy to "
+                f"{', '.join(sorted(liger.ARCHITECTURES))} only", "drop --liger for this model")
 
 
 def _rule_offload(ctx: _Ctx) -> None:
@@ -1369,7 +1454,7 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
                 "pass a shipped name (qwen-14b, llama-7b, ...) or a folder with config.json")
     rules = [_rule_types, _rule_auto, _rule_batch, _rule_keys, _rule_precision, _rule_activation_checkpointing,
-             _rule_offload, _rule_save, _rule_params, _rule_buckets]
+             _rule_offload, _rule_zenflow, _rule_liger, _rule_save, _rule_params, _rule_buckets]
     if machine:
         rules.insert(0, _rule_machine)
     for rule in rules:
@@ -1483,7 +1568,8 @@ def _run(args) -> int:
             fields = {k: d[k] if getattr(args, k) is None else getattr(args, k)
                       for k in ("model", "micro_batch", "grad_accum", "zero_stage", "offload_optimizer", "offload_param")}
             fields.update(num_gpus=world, precision=precision, nvme_path=args.nvme_path,
-                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"])
+                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"],
+                          liger=bool(getattr(args, "liger", False)))
             plan = Plan(**fields)
         elif args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
             if args.host_memory_gib is not None and not args.model:
@@ -1572,6 +1658,8 @@ def register(subparsers) -> None:
     p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="bf16 / fp16 / fp32 (default as cookbook launch)")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=None, help="ZeRO stage (when the config says auto)")
+    p.add_argument("--liger", action="store_true",
+                   help="the run will use --liger (Liger's fused linear cross-entropy): check where it does not apply")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default=None, help="optimizer states to cpu/nvme")
     p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default=None, help="parameters to cpu/nvme")
     p.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")

@@ -399,15 +399,19 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
     without checkpointing every layer's activations are still alive at the loss. fp32 training
     doubles the per-layer terms; the loss phase is fp32 either way.
 
+    With ``plan.liger`` (Liger's fused linear cross-entropy, ``--liger``) the loss phase is
+    :func:`liger_flce_bytes` instead: no logit-sized tensor, one chunk of logits at a time.
+
     Returns:
         ``{"layers": bytes, "logits": bytes, "total": bytes}`` (``layers`` = checkpoints + one layer
-        with checkpointing, all layers without; ``total`` = the peak of the two phases as above).
+        with checkpointing, all layers without; ``logits`` = the loss phase; ``total`` = the peak of the
+        two phases as above).
     """
     s, b, h = plan.seq_len, plan.micro_batch, spec.hidden_size
     a = max(spec.num_heads, 1)
     scale = 2 if plan.precision == "fp32" else 1
     per_layer = s * b * h * (34 + (5 * a * s / h if eager_attention else 0)) * scale
-    logits = 12.0 * b * s * spec.vocab_size
+    logits = liger_flce_bytes(spec, plan)["total"] if getattr(plan, "liger", False) else 12.0 * b * s * spec.vocab_size
     if plan.gradient_checkpointing:
         checkpoints = spec.num_layers * 2 * s * b * h * scale
         layers = checkpoints + per_layer
@@ -416,6 +420,55 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
         layers = spec.num_layers * per_layer
         total = layers + logits
     return {"layers": float(layers), "logits": float(logits), "total": float(total)}
+
+
+def liger_chunk_size(tokens: int, hidden_size: int, vocab_size: int) -> int:
+    """Rows of logits Liger's fused linear cross-entropy computes at once (liger-kernel 0.8.5,
+    ``liger_kernel/ops/fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward`` with its default
+    ``chunk_mem_const`` 1): ``inc_factor = ceil(V / H)``, ``chunk = min(next_power_of_2(ceil(BT / inc_factor)),
+    BT)``, so that one chunk of logits holds about as many elements as the ``BT × H`` hidden states.
+
+    Args:
+        tokens: ``BT``, tokens in the micro batch (micro batch × sequence length).
+        hidden_size: ``H``. vocab_size: ``V``.
+    """
+    inc = -(-vocab_size // hidden_size)
+    rows = -(-tokens // inc)
+    return min(1 << (rows - 1).bit_length(), tokens)
+
+
+def liger_flce_bytes(spec, plan: Plan) -> dict[str, float]:
+    """GPU bytes of the loss phase with Liger's fused linear cross-entropy (``--liger``), per rank.
+
+    Read from liger-kernel 0.8.5 ``liger_kernel/ops/fused_linear_cross_entropy.py``
+    (``fused_linear_cross_entropy_forward``), which computes the loss *and* both gradients in the forward,
+    chunk by chunk, and keeps them for backward. With ``BT = b·s`` tokens (the labels are padded, not the
+    hidden states cut: ``transformers/model/loss_utils.py``, ``LigerForCausalLMLoss``), ``H`` the hidden
+    size, ``V`` the vocabulary, ``p`` bytes per element of the training dtype (2 for bf16/fp16, 4 for fp32):
+
+    * ``grad_input``: ``BT·H·p`` (``torch.zeros_like(_input)``);
+    * ``grad_weight``: ``V·H·p`` (``torch.zeros_like(weight)``, the lm_head gradient in the parameter dtype
+      when ``accum_dtype`` is None, transformers' call);
+    * ``loss_1d``: ``BT·4`` (fp32 per-token losses);
+    * ``logits_chunk``: ``chunk·V·p`` with ``chunk`` from :func:`liger_chunk_size` (one chunk alive at a
+      time: the kernel writes the gradient into the logits in place, and the chunk is deleted before the next);
+    * ``fp32_accumulation``: ``V·H·4`` in fp32 training only, the temporary of liger's fallback accumulation
+      (``grad_weight += torch.mm(...).float()``: its bf16/fp16 path on compute capability >= 8 adds in place).
+
+    Measured beside it (``data/reference/h200_levers_2026-12-01.json``, ``liger_probe``): the 3.4B model at
+    16/24/32 × 1024 tokens peaked 3.3/4.9/6.6 GiB lower with FLCE than with transformers' loss.
+
+    Returns:
+        the five terms above and ``"total"`` (bytes); ``"chunk"`` is the chunk's rows.
+    """
+    bt, h, v = plan.seq_len * plan.micro_batch, spec.hidden_size, spec.vocab_size
+    p = 4 if plan.precision == "fp32" else 2
+    chunk = liger_chunk_size(bt, h, v)
+    out = {"grad_input": float(bt * h * p), "grad_weight": float(v * h * p), "loss_1d": float(bt * 4),
+           "logits_chunk": float(chunk * v * p), "fp32_accumulation": float(v * h * 4 if p == 4 else 0)}
+    out["total"] = sum(out.values())
+    out["chunk"] = float(chunk)
+    return out
 
 
 def _zero_settings(spec, ds_config: Mapping | None) -> dict[str, float]:
@@ -753,6 +806,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     if bf16_states:
         reasons.append("bf16 states: master weights, gradients and Adam m, v in bf16 (half the host RAM; "
                        "less precise updates)")
+    if plan.liger:
+        reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
+                       f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
+                       "fp32 logits (needs an NVIDIA GPU and liger-kernel)")
 
     return MemoryEstimate(params=N, plan=plan, gpu_gib=gpu_gib, host_gib=host_gib, fits_gpu=bool(fits_gpu),
                           fits_host=fits_host, reasons=tuple(reasons), largest_layer_params=L,
@@ -833,6 +890,8 @@ def variant_flags(e: MemoryEstimate) -> str:
         flags += f" --nvme-path {p.nvme_path}"
     if e.bf16_states:
         flags += " --bf16-states"
+    if p.liger:
+        flags += " --liger"
     if p.micro_batch != 1 or p.grad_accum != 1:
         flags += f" --micro-batch {p.micro_batch} --grad-accum {p.grad_accum}"
     return flags
@@ -1450,6 +1509,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

