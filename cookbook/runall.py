@@ -503,7 +503,12 @@ def merge_earlier(out: Path, entries: list[dict], order: list[str]) -> list[dict
     ``run-all --only 06`` into a folder that already holds 00-05 must not drop them from the report: each
     earlier entry of ``out/run-all.json`` whose ``results.json`` is still in ``out/NAME/`` is kept, re-rooted
     at ``out`` (the folder may have been moved or copied from another machine) and marked
-    ``earlier_run`` with that run-all's date. Entries come back in notebook order.
+    ``earlier_run`` with that run-all's date. A notebook with no entry there (its run-all was stopped
+    before it wrote ``run-all.json``, e.g. by a time limit) is recovered from its folder when both
+    ``NAME/results.json`` (written by the notebook's last cell) and the executed ``NAME.ipynb`` exist:
+    status ``failed`` if the executed copy holds an error output, else from its central run
+    (:func:`central_outcome`), marked ``earlier_run: "recovered from the folder"``. Entries come back in
+    notebook order.
 
     Args:
         out: the run-all output folder. entries: this invocation's entries (``asdict(NotebookRun)``).
@@ -512,11 +517,12 @@ def merge_earlier(out: Path, entries: list[dict], order: list[str]) -> list[dict
     Returns:
         the merged entries (this run's win).
     """
+    from .results import load_results
     index = out / "run-all.json"
     try:
         earlier = json.loads(index.read_text())
     except (OSError, ValueError):
-        return entries
+        earlier = {}
     now = {e["name"]: e for e in entries}
     kept = {}
     for e in earlier.get("notebooks") or []:
@@ -526,6 +532,23 @@ def merge_earlier(out: Path, entries: list[dict], order: list[str]) -> list[dict
         e = dict(e, output_dir=str(out / name), executed=str(out / f"{name}.ipynb"),
                  earlier_run=e.get("earlier_run") or earlier.get("written"))
         kept[name] = e
+    for name in order:
+        executed = out / f"{name}.ipynb"
+        if name in now or name in kept or not (out / name / "results.json").is_file() or not executed.is_file():
+            continue
+        import nbformat
+        nb = nbformat.read(str(executed), as_version=4)
+        errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        params = nb.metadata.get("papermill", {}).get("parameters", {})
+        central, unexpected = central_outcome(load_results(out / name), params.get("EXPECTED_OUTCOME", False))
+        error = ({"cell": errors[0][0], "exec_count": None, "ename": errors[0][1].get("ename"),
+                  "evalue": errors[0][1].get("evalue")} if errors else unexpected)
+        status = "failed" if errors else ("unexpected" if unexpected else "ok")
+        kept[name] = {"name": name, "source": None, "executed": str(executed), "output_dir": str(out / name),
+                      "status": status, "duration_s": nb.metadata.get("papermill", {}).get("duration"),
+                      "parameters": params, "error": error, "central": central,
+                      "earlier_run": "recovered from the folder"}
     return [now.get(n) or kept[n] for n in order if n in now or n in kept]
 
 
@@ -549,8 +572,39 @@ def _failure_name(r: NotebookRun) -> str:
     return f"{r.name} (cell {err.get('cell', '?')})"
 
 
+def rebuild_report(output_dir: str | os.PathLike, notebooks_dir: str | os.PathLike | None = None) -> Path:
+    """Rewrite ``report.html`` and ``run-all.json`` of a run-all folder from what it holds, running nothing.
+
+    For folders assembled from several ``run-all --only`` calls (or copied from a GPU box): every
+    notebook with its ``results.json`` and executed copy there is taken, as :func:`merge_earlier` keeps
+    or recovers it.
+
+    Raises:
+        RunAllError: the folder holds no notebook results.
+    """
+    out = Path(output_dir).resolve()
+    names = [nb.stem for nb in list_notebooks(notebooks_dir)]
+    entries = merge_earlier(out, [], names)
+    if not entries:
+        raise RunAllError(f"--output-dir={out}: no notebook results there (NAME/results.json and NAME.ipynb)")
+    from .report import write_html_report
+    report_path = write_html_report(out, entries)
+    summary = {"written": _dt.datetime.now().isoformat(timespec="seconds"), "output_dir": str(out),
+               "ok": all(e["status"] == "ok" for e in entries), "report": str(report_path), "params_file": None,
+               "ran_now": [], "rebuilt_from_folder": True, "notebooks": entries}
+    (out / "run-all.json").write_text(json.dumps(summary, indent=1, default=str))
+    return report_path
+
+
 def _cli(args) -> int:
     verbose = bool(getattr(args, "verbose", False)) and not args.no_progress
+    if getattr(args, "report_only", False):
+        try:
+            print(f"report: {rebuild_report(args.output_dir, args.notebooks_dir)}")
+        except RunAllError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     try:
         result = run_all(args.output_dir, only=args.only, parameters=[tuple(p) for p in (args.parameter or [])],
                          notebooks_dir=args.notebooks_dir, kernel_name=args.kernel, progress=verbose,
@@ -593,6 +647,8 @@ def register(subparsers) -> None:
     p.add_argument("--stop-on-failure", action="store_true", help="stop at the first failed notebook")
     p.add_argument("--verbose", action="store_true",
                    help="papermill's progress bars of cells and the kernel's log messages (default: one line a notebook)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rebuild report.html and run-all.json from the notebooks' results in --output-dir")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (the default; kept for scripts)")
     p.set_defaults(func=_cli)
 

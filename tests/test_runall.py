@@ -132,6 +132,15 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
     assert kept["earlier_run"] == summary["written"] and kept["output_dir"] == str(moved.resolve() / "00_good")
     html_text = (moved / "report.html").read_text()
     assert "ran 7 steps" in html_text and f"earlier ({summary['written']})" in html_text
+    # a run-all stopped before it wrote run-all.json (a time limit): 00 is recovered from its folder
+    (moved / "run-all.json").unlink()
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(moved), "--only", "01", "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+    summary3 = json.loads((moved / "run-all.json").read_text())
+    assert [(n["name"], n["status"]) for n in summary3["notebooks"]] == [("00_good", "ok"), ("01_bad", "failed")]
+    assert summary3["notebooks"][0]["earlier_run"] == "recovered from the folder"
+    assert "ran 7 steps" in (moved / "report.html").read_text()
 
 
 # ----------------------------------------------------------------------------------------------
