@@ -131,8 +131,15 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             fits_gpu, fits_host = (True, True) if d.get("kind") else (None, d.get("fits"))
         rehearsal = bool(res.get("rehearsal"))
         tps = run.get("tokens_per_s")
-        measured = (f"{run.get('status')}: {tps:,.0f} tokens/s on {run.get('hardware')}" if tps else
+        label = (res.get("central") or {}).get("run")
+        world = run.get("world_size")
+        what = ", ".join(str(x) for x in (label, run.get("model")) if x)
+        measured = (f"{run.get('status')}: {tps:,.0f} tokens/s"
+                    + (f" ({world} rank{'s' if world != 1 else ''})" if world else "")
+                    + (f" — {what}" if what else "") + f" on {run.get('hardware')}" if tps else
                     f"{run.get('status') or 'no run recorded'}" + (f" on {run.get('hardware')}" if run.get("hardware") else ""))
+        recipe_label = ((res.get("desktop_choice") or {}).get("label") if not name.startswith("05") else
+                        (res.get("target_estimate") or {}).get("label"))
         proj = project_rtx4090(run)
         if rehearsal or proj is None:
             from .models import model_spec
@@ -150,7 +157,10 @@ def answers_frame(results: Mapping[str, Mapping | None]):
                          f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
                          f"run {name} on GPUs for a projection")
         else:
-            note = "GPU run; projection: the same fraction of the step-time floor on a 4090 (benchmarks/report.py)"
+            note = ("GPU run; projection per GPU: the same fraction of the step-time floor on a 4090, for one rank "
+                    "(no traffic between GPUs counted) (benchmarks/report.py)")
+            if label and recipe_label and label != recipe_label:
+                note += f"; measured: the variant this machine runs ({label}), not the recipe ({recipe_label})"
         rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
                      "fits host": _yes(fits_host), "measured here": measured,
                      "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,

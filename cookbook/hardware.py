@@ -117,13 +117,35 @@ def hardware_label(result_or_summary=None) -> str:
     (it failed before the end) is labelled from this machine (:func:`rehearsal`).
     """
     s = getattr(result_or_summary, "summary", result_or_summary)
+    cap = _run_cap_gib(result_or_summary)
+    capped = f" capped at {cap:g} GiB" if cap else ""
     if not isinstance(s, Mapping) or not s:
-        return "CPU rehearsal" if rehearsal() else "GPU"
+        return "CPU rehearsal" if rehearsal() else f"GPU{capped}"
     device = s.get("device") or "cpu"
     world = s.get("world_size")
     if device == "cpu":
         return f"CPU rehearsal ({world} rank{'s' if world != 1 else ''})" if world else "CPU rehearsal"
-    return f"{world} × {device}" if world else str(device)
+    cap = s.get("gpu_memory_cap_gib") or cap
+    capped = f" capped at {cap:g} GiB" if cap else ""
+    return f"{world} × {device}{capped}" if world else f"{device}{capped}"
+
+
+def _run_cap_gib(result) -> float | None:
+    """``--emulate-gpu-memory-gib`` of a run, from its summary or, for a run that left none (an
+    out-of-memory at start), from ``run.json`` in its folder; None when uncapped or unknown."""
+    s = getattr(result, "summary", result)
+    if isinstance(s, Mapping) and s.get("gpu_memory_cap_gib"):
+        return float(s["gpu_memory_cap_gib"])
+    run_dir = getattr(result, "run_dir", None)
+    if run_dir:
+        import json
+        from pathlib import Path
+        try:
+            args = json.loads((Path(run_dir) / "run.json").read_text()).get("args") or {}
+        except (OSError, ValueError):
+            return None
+        return float(args["emulate_gpu_memory_gib"]) if args.get("emulate_gpu_memory_gib") else None
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable, Mapping
 
 from .hardware import hardware_label
@@ -158,7 +159,8 @@ def run_record(result) -> dict:
         ``status``, ``ok``, ``message``, ``command``, ``run_dir``, ``duration_s``, the summary's numbers
         (:data:`_SUMMARY_KEYS`: loss, throughput, peaks, batch shape), ``loss_fell`` (mean of the last
         5 losses below the first 5), ``losses`` (per step), ``hardware`` (:func:`hardware_label`),
-        ``estimate_gpu_gib`` / ``estimate_host_gib`` (the launch's estimate), ``estimate_vs_measured``,
+        ``estimate_gpu_gib`` (the launch's GPU estimate less the CUDA context: the basis of the measured reserved
+        peak, as in :func:`cookbook.memory.compare`) / ``estimate_host_gib``, ``estimate_vs_measured``,
         ``save_verification``, and ``details`` without the full traceback (its last lines kept).
     """
     get = (lambda k, d=None: result.get(k, d)) if isinstance(result, Mapping) else (
@@ -172,13 +174,17 @@ def run_record(result) -> dict:
         details["traceback_tail"] = "\n".join(str(tb).strip().splitlines()[-6:])
     rec = {"status": get("status"), "ok": get("status") == "ok", "message": get("message"),
            "command": get("command"), "run_dir": get("run_dir"), "duration_s": round(float(get("duration_s") or 0), 1),
-           "returncode": get("returncode"), "hardware": hardware_label(summary or None)}
+           "returncode": get("returncode"),
+           "hardware": hardware_label(SimpleNamespace(summary=summary or None, run_dir=get("run_dir")))}
     for key in _SUMMARY_KEYS:
         rec[key] = summary.get(key)
     f5, l5 = summary.get("first5_mean_loss"), summary.get("last5_mean_loss")
     rec["loss_fell"] = bool(f5 is not None and l5 is not None and l5 < f5)
     rec["losses"] = [m.get("loss") for m in metrics]
-    rec["estimate_gpu_gib"] = (est.get("gpu_gib") or {}).get("total") if isinstance(est, Mapping) else None
+    # the estimate on the basis of the measured reserved peak (torch's max_memory_reserved does not count the
+    # CUDA context), as cookbook.memory.compare sets them side by side
+    gpu_est = (est.get("gpu_gib") or {}) if isinstance(est, Mapping) else {}
+    rec["estimate_gpu_gib"] = (gpu_est["total"] - gpu_est.get("cuda_context", 0.0)) if "total" in gpu_est else None
     rec["estimate_host_gib"] = (est.get("host_gib") or {}).get("total") if isinstance(est, Mapping) else None
     rec["estimate_device"] = est.get("device") if isinstance(est, Mapping) else None
     rec["estimate_vs_measured"] = summary.get("estimate_vs_measured")

@@ -525,16 +525,39 @@ def merge_earlier(out: Path, entries: list[dict], order: list[str]) -> list[dict
         earlier = {}
     now = {e["name"]: e for e in entries}
     kept = {}
+
+    def broken(name: str) -> str | None:
+        """Why ``name``'s results cannot be read (None: they can)."""
+        path = out / name / "results.json"
+        if not path.is_file():
+            return f"{path} is missing (the notebook did not reach its results.record(...) cell)"
+        if load_results(out / name) is None:
+            return f"{path} is not valid JSON"
+        return None
+
     for e in earlier.get("notebooks") or []:
         name = e.get("name")
-        if name in now or name not in order or not (out / name / "results.json").is_file():
+        if name in now or name not in order:
+            continue
+        why = broken(name)
+        if why and not (out / f"{name}.ipynb").is_file():
             continue
         e = dict(e, output_dir=str(out / name), executed=str(out / f"{name}.ipynb"),
                  earlier_run=e.get("earlier_run") or earlier.get("written"))
+        if why:
+            e.update(status="failed", error={"cell": None, "exec_count": None, "ename": "MissingResults",
+                                             "evalue": why}, central=None)
         kept[name] = e
     for name in order:
         executed = out / f"{name}.ipynb"
-        if name in now or name in kept or not (out / name / "results.json").is_file() or not executed.is_file():
+        if name in now or name in kept or not executed.is_file():
+            continue
+        why = broken(name)
+        if why:
+            kept[name] = {"name": name, "source": None, "executed": str(executed), "output_dir": str(out / name),
+                          "status": "failed", "duration_s": None, "parameters": {}, "central": None,
+                          "error": {"cell": None, "exec_count": None, "ename": "MissingResults", "evalue": why},
+                          "earlier_run": "recovered from the folder"}
             continue
         import nbformat
         nb = nbformat.read(str(executed), as_version=4)
@@ -583,10 +606,13 @@ def rebuild_report(output_dir: str | os.PathLike, notebooks_dir: str | os.PathLi
         RunAllError: the folder holds no notebook results.
     """
     out = Path(output_dir).resolve()
+    if not out.is_dir():
+        raise RunAllError(f"--output-dir={out}: no such folder; give the folder an earlier `cookbook run-all` wrote")
     names = [nb.stem for nb in list_notebooks(notebooks_dir)]
     entries = merge_earlier(out, [], names)
     if not entries:
-        raise RunAllError(f"--output-dir={out}: no notebook results there (NAME/results.json and NAME.ipynb)")
+        raise RunAllError(f"--output-dir={out}: no executed notebook there (NN_name.ipynb beside NN_name/results.json); "
+                          "give the folder an earlier `cookbook run-all` wrote")
     from .report import write_html_report
     report_path = write_html_report(out, entries)
     summary = {"written": _dt.datetime.now().isoformat(timespec="seconds"), "output_dir": str(out),
@@ -599,12 +625,21 @@ def rebuild_report(output_dir: str | os.PathLike, notebooks_dir: str | os.PathLi
 def _cli(args) -> int:
     verbose = bool(getattr(args, "verbose", False)) and not args.no_progress
     if getattr(args, "report_only", False):
+        ignored = [f for f, v in (("--only", args.only), ("-p", args.parameter), ("--params", args.params)) if v]
+        if ignored:
+            print(f"error: --report-only runs nothing, so {', '.join(ignored)} would be ignored: drop "
+                  f"{'them' if len(ignored) > 1 else 'it'}, or drop --report-only to run notebooks", file=sys.stderr)
+            return 2
         try:
-            print(f"report: {rebuild_report(args.output_dir, args.notebooks_dir)}")
+            path = rebuild_report(args.output_dir, args.notebooks_dir)
         except RunAllError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        return 0
+        print(f"report: {path}")
+        bad = [e for e in json.loads((Path(path).parent / "run-all.json").read_text())["notebooks"] if e["status"] != "ok"]
+        for e in bad:
+            print(f"error: {e['name']}: {e['status']}: {(e.get('error') or {}).get('evalue')}", file=sys.stderr)
+        return 1 if bad else 0
     try:
         result = run_all(args.output_dir, only=args.only, parameters=[tuple(p) for p in (args.parameter or [])],
                          notebooks_dir=args.notebooks_dir, kernel_name=args.kernel, progress=verbose,

@@ -34,9 +34,12 @@ def runs_frame(runs: Mapping[str, Any]):
             "loss first 5": rounded(r.get("first5_mean_loss"), 3), "loss last 5": rounded(r.get("last5_mean_loss"), 3),
             "tokens/s": rounded(r.get("tokens_per_s"), 1), "samples/s": rounded(r.get("samples_per_s"), 2),
             "step s": rounded(r.get("step_time_s"), 3),
+            "MFU %": rounded(100 * r["mfu"], 2) if r.get("mfu") is not None else None,
+            "peak GPU allocated GiB": rounded(r.get("peak_gpu_allocated_gib"), 2),
             "peak GPU reserved GiB": rounded(r.get("peak_gpu_reserved_gib"), 2),
             "peak host GiB": rounded(r.get("host_peak_gib"), 2),
-            "estimate GPU GiB": rounded(r.get("estimate_gpu_gib"), 2) if r.get("estimate_device") == "cuda" else None,
+            "estimate GPU reserved GiB": (rounded(r.get("estimate_gpu_gib"), 2)
+                                          if r.get("estimate_device") == "cuda" else None),
             "estimate host GiB": rounded(r.get("estimate_host_gib"), 2),
             "duration s": r.get("duration_s"),
         })

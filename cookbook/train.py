@@ -1170,6 +1170,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         **measured,
         "host_peak_gib_per_rank": [round(h["peak"], 3) for h in host_peaks],
         "device": device_name or "cpu",
+        "gpu_memory_cap_gib": (args.emulate_gpu_memory_gib or None) if device_name else None,
         "model": str(args.model), "num_params": spec.num_params, "dataset": str(args.dataset or "shipped"),
         "seq_len": args.seq_len, "examples": facts["examples"], "truncated_examples": facts["truncated"],
         "format": facts.get("format"), "packing": facts.get("packing"), "packing_reason": facts.get("packing_reason"),

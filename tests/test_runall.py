@@ -141,6 +141,16 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
     assert [(n["name"], n["status"]) for n in summary3["notebooks"]] == [("00_good", "ok"), ("01_bad", "failed")]
     assert summary3["notebooks"][0]["earlier_run"] == "recovered from the folder"
     assert "ran 7 steps" in (moved / "report.html").read_text()
+    # --report-only: runs nothing; a notebook whose results.json is gone is a failure, not a silent omission
+    (moved / "00_good" / "results.json").unlink()
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                           "--output-dir", str(moved), "--report-only"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "00_good: failed" in proc.stderr and "results.json is missing" in proc.stderr
+    summary4 = json.loads((moved / "run-all.json").read_text())
+    assert [(n["name"], n["status"]) for n in summary4["notebooks"]] == [("00_good", "failed"), ("01_bad", "failed")]
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(moved), "--report-only",
+                           "--only", "01"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--only would be ignored" in proc.stderr
 
 
 # ----------------------------------------------------------------------------------------------
@@ -483,7 +493,9 @@ def test_report_leads_with_the_answers_for_both_targets(tmp_path):
     assert te["verdict"] in section and "ZeRO-3 + opt→nvme + param→nvme with NVMe offload" in section
     label = hardware.hardware_label({"device": "cpu", "world_size": 2})
     assert label.startswith("CPU rehearsal")
-    assert section.count(f"ok: 1,234 tokens/s on {label}") == 2 and "CPU rehearsal: tiny model" in section
+    # what was measured, on how many ranks, which run: "ok: 1,234 tokens/s (2 ranks) — central on CPU rehearsal (2 ranks)"
+    assert section.count(f"ok: 1,234 tokens/s (2 ranks) — central on {label}") == 2
+    assert "CPU rehearsal: tiny model" in section
     # the projection comes from the GPU reference run closest in size to each target's model
     ref7 = reference.reference_projection("06", model_spec("llama-7b").num_params)
     if ref7:
@@ -535,3 +547,11 @@ def test_projection_keeps_the_achieved_fraction_of_the_floor():
     expect = 1000.0 * floor(here) / floor(answers_mod.RTX4090_MODEL)
     assert answers_mod.project_rtx4090(run, here) == pytest.approx(expect, rel=1e-12)
     assert answers_mod.project_rtx4090(dict(run, estimate_device="cpu"), here) is None
+
+
+def test_hardware_label_says_the_gpu_cap():
+    from cookbook import hardware
+    assert hardware.hardware_label({"device": "NVIDIA H200", "world_size": 1, "gpu_memory_cap_gib": 24.0}) == \
+        "1 × NVIDIA H200 capped at 24 GiB"
+    assert hardware.hardware_label({"device": "NVIDIA H200", "world_size": 2}) == "2 × NVIDIA H200"
+
