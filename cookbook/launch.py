@@ -804,11 +804,11 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             if every and every > max_steps:
                 print(f"[schedule] note: {flag} {every} is more than the run's {max_steps} steps: nothing is "
                       f"{'saved' if flag == '--save-steps' else 'evaluated'} before the last step", flush=True)
-        if not is_rehearsal_model(plan.model):
-            default = Plan()
+        if not is_rehearsal_model(plan.model) and stated is not None:
+            # only where the command line says what was typed: a Python caller built its Plan on purpose
             kept = [f"{flag} {getattr(plan, f)}" for f, flag in (("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
                                                                 ("grad_accum", "--grad-accum"))
-                    if ((f not in stated) if stated is not None else getattr(plan, f) == getattr(default, f))]
+                    if f not in stated]
             if kept:
                 print(f"[plan] note: {', '.join(kept)} are the defaults (sized for the CPU rehearsal), not chosen for "
                       f"{plan.model}; `cookbook estimate ... --sweep` finds a batch shape that fits", flush=True)

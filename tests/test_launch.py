@@ -400,3 +400,15 @@ def test_datasets_bars_stay_out_of_a_notebook(tmp_path, capfd):
     assert "Generating train split" not in capfd.readouterr().err
     import datasets
     assert not datasets.are_progress_bars_disabled()  # the caller's setting is restored
+
+
+def test_python_caller_plan_is_not_called_a_rehearsal_default(tmp_path, capsys):
+    """A Plan built in Python (a notebook) chose its shape on purpose: no "[plan] note: ... are the defaults"
+    (the note is for the command line, where launch knows what was typed)."""
+    from cookbook.launch import launch
+    from cookbook.plan import Plan
+    plan = Plan(model="llama-7b", num_gpus=1, seq_len=512, micro_batch=1, grad_accum=4, zero_stage=3,
+                offload_optimizer="cpu", offload_param="cpu")
+    res = launch(plan, tmp_path / "run", dry_run=True, random_weights=True, lr=1e-5, max_steps=2, force=True)
+    assert res.status == "dry_run"
+    assert "[plan] note" not in capsys.readouterr().out
