@@ -82,7 +82,9 @@ AIO_BLOCK = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1,
              "overlap_events": True}
 
 #: NVMe swap buffers. Optimizer: 4 buffers (DeepSpeed's default, ``offload_config.py``).
-#: Parameters: 5 buffers (default) of ``buffer_size`` elements; ``max_in_cpu`` 1e9 (default).
+#: Parameters: at least 5 buffers (default; more when :func:`cookbook.nvme.param_buffers_needed` says DeepSpeed
+#: holds more at once) of ``buffer_size`` elements; ``max_in_cpu`` 1e9 (default); ``stage3_max_reuse_distance``
+#: :data:`cookbook.nvme.NVME_PARAM_MAX_REUSE_DISTANCE` (0) — see :func:`build_config` (DeepSpeed #3062).
 NVME_OPTIMIZER_BUFFER_COUNT = 4
 NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_MIN_BUFFER_SIZE = 10**8  # DeepSpeed's default buffer_size (elements)
@@ -490,6 +492,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
                              buffer_count=tuned_param.get("buffer_count", NVME_PARAM_BUFFER_COUNT),
                              buffer_size=max(tuned_param.get("buffer_size", NVME_PARAM_MIN_BUFFER_SIZE), need),
                              max_in_cpu=NVME_PARAM_MAX_IN_CPU)
+                # buffer_count: at least what DeepSpeed holds at once (set below, once the stage-3 knobs exist)
             zero["offload_param"] = block
         zero["overlap_comm"] = True
         zero["contiguous_gradients"] = True
@@ -510,7 +513,40 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     cfg["zero_optimization"] = zero
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
         cfg["aio"] = dict(tuned["aio"]) if tuned else dict(AIO_BLOCK)
+    if plan.zero_stage == 3 and plan.offload_param == "nvme":
+        _bound_nvme_param_cache(plan, cfg, spec)
     return cfg
+
+
+def _bound_nvme_param_cache(plan: Plan, cfg: dict, spec) -> None:
+    """Parameters on NVMe: set ``stage3_max_reuse_distance`` 0 and ``offload_param.buffer_count`` to at least
+    what DeepSpeed 0.19.8 holds at once, so that a swap-in never finds the buffers all taken.
+
+    The failure (DeepSpeed issue #3062, https://github.com/deepspeedai/DeepSpeed/issues/3062, open): a
+    parameter on the SSD is swapped into one of ``buffer_count`` pinned buffers
+    (``runtime/swap_tensor/partitioned_param_swapper.py:310``, ``swap_in`` asserts "Not enough buffers 0 for
+    swapping 1") and gives it back only when partitioned again (``runtime/zero/partition_parameters.py:1809``).
+    The coordinator does not partition a parameter whose next use lies within ``stage3_max_reuse_distance``
+    elements (``runtime/zero/partitioned_param_coordinator.py:634-665``, ``__params_to_release``); with the
+    default 1e9 every parameter of a small model, and the last ~1e9/3 elements of a large one, is kept from
+    its forward use to its backward use, each holding a buffer: on the H200 a 1.1B LLaMA with the default 5
+    buffers died in step 2 with all 5 held by "available" parameters, and the CPU reproduction
+    (``tests/test_nvme_buffers.py``) dies the same way.
+
+    Fix, as reproduced: ``stage3_max_reuse_distance`` 0 (nothing is kept between uses; the reproduction runs with
+    4 buffers) and ``buffer_count`` = max(5 or the tuned count, :func:`cookbook.nvme.param_buffers_needed`):
+    transformers' ZeRO-3 weight init gathers a whole attention block (q, k, v, o: 4 swap-ins at once).
+    Cost: host RAM none beyond ``buffer_count × buffer_size × 2`` bytes of locked bf16 buffers (5 × 1e8 × 2 B
+    = 0.93 GiB for DeepSpeed's default size; unchanged for LLaMA/Qwen2, whose need is 4); NVMe reads: every
+    parameter on the SSD is read again in backward (2 reads per micro-step instead of 1 for those that the
+    1e9 distance kept gathered; :func:`cookbook.nvme.estimate_nvme` counts it); GPU memory: less (no
+    parameter stays gathered from forward to backward)."""
+    from .nvme import NVME_PARAM_MAX_REUSE_DISTANCE, estimate_nvme
+    zero = cfg["zero_optimization"]
+    zero["stage3_max_reuse_distance"] = NVME_PARAM_MAX_REUSE_DISTANCE
+    block = zero["offload_param"]
+    est = estimate_nvme(plan, spec=spec, ds_config=cfg, device="cpu")
+    block["buffer_count"] = max(int(block["buffer_count"]), int(est.settings["param_buffers_needed"]))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1153,7 +1153,8 @@ def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
         checks.append(Check("nvme_disk", "warn", f"free {free if free is not None else 'unknown'} GiB",
                             "offloaded size or free disk unknown"))
     else:
-        need_gib = need / GIB
+        from .nvme import nvme_disk_needed
+        need_gib = nvme_disk_needed(need) / GIB  # the swap files + the margin launch() asks for
         what = " + ".join(x for x, on in (("optimizer states and gradients 16 B/param", plan.offload_optimizer == "nvme"),
                                          ("parameters 2 B/param", plan.offload_param == "nvme")) if on)
         if free < need_gib:

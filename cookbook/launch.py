@@ -856,6 +856,14 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         return result("config_error", "the DeepSpeed config has errors; nothing was launched:\n- "
                       + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors),
                       command=command, findings=findings, estimate=est, details=details)
+    if not elsewhere:  # the swap files must fit on this machine's NVMe folder (nvme.nvme_disk_refusal)
+        from .nvme import nvme_disk_refusal
+        disk_refusal = nvme_disk_refusal(plan, ds_config)
+        if disk_refusal and not dry_run:
+            return result("config_error", "not enough disk space for NVMe offload, so nothing was launched: "
+                          + disk_refusal, command=command, findings=findings, estimate=est, details=details)
+        if disk_refusal:
+            refusals.append(disk_refusal)
     if refusals and not force and not dry_run:
         return result("config_error", "the estimate says this will not fit, so nothing was launched ("
                       + "; ".join(refusals) + "). Pick a variant that fits (`cookbook estimate --sweep`) or pass "

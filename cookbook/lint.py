@@ -951,6 +951,52 @@ def _rule_liger(ctx: _Ctx) -> None:
                 f"{', '.join(sorted(liger.ARCHITECTURES))} only", "drop --liger for this model")
 
 
+def _rule_nvme_param_buffers(ctx: _Ctx, block: dict, path: str) -> None:
+    """``offload_param`` nvme whose ``buffer_count`` cannot hold the parameters DeepSpeed 0.19.8 keeps swapped in
+    at once for this model (:func:`cookbook.nvme.param_buffers_needed`, counted on the config's own
+    ``stage3_max_reuse_distance``, ``max_in_cpu``, persistence threshold and aio block size): the run stops
+    with ``AssertionError: Not enough buffers 0 for swapping 1`` (``partitioned_param_swapper.py:310``;
+    DeepSpeed issue #3062)."""
+    count = block.get("buffer_count", 5)
+    if not _is_int(count) or ctx.stage != 3:
+        return
+    from .nvme import NVME_PARAM_MAX_REUSE_DISTANCE, estimate_nvme
+    from .plan import Plan
+    plan = ctx.plan
+    opt = _get(ctx.cfg, "zero_optimization.offload_optimizer.device", "none")
+    try:
+        if plan is None or plan.offload_param != "nvme":
+            plan = Plan(model=ctx.spec.name, num_gpus=ctx.world_size, zero_stage=3, offload_param="nvme",
+                        offload_optimizer=opt if opt in ("cpu", "nvme") else "none",
+                        nvme_path=block.get("nvme_path") or "/nvme", gradient_checkpointing=False)
+        est = estimate_nvme(plan, spec=ctx.spec, ds_config=ctx.cfg, device="cpu")
+    except Exception:  # noqa: BLE001 - the model or the plan cannot be estimated: other rules report it
+        return
+    st = est.settings
+    need, kept, init = st["param_buffers_needed"], st["param_buffers_kept_by_reuse"], st["param_buffers_init_gather"]
+    if count >= need:
+        return
+    reuse = st["stage3_max_reuse_distance"]
+    why = []
+    if kept:
+        why.append(f"{kept} parameter tensor(s) on the SSD are reused within stage3_max_reuse_distance {_fmt(reuse)} "
+                   "elements, so DeepSpeed keeps them swapped in (each holding a buffer) from forward to backward, "
+                   "plus 1 for the module being fetched")
+    if init > count:
+        why.append(f"transformers' ZeRO-3 weight init gathers {init} swapped tensors of one block at once")
+    bs = block.get("buffer_size", 10 ** 8)
+    fix_count = max(5, init)
+    ctx.add(ERROR, f"{path}.buffer_count",
+            f"buffer_count {count} cannot hold the {need} parameter swap buffers DeepSpeed keeps in use at once for "
+            f"{ctx.spec.name} on {ctx.world_size} rank(s) ({'; '.join(why)}); the run stops with 'AssertionError: "
+            "Not enough buffers 0 for swapping 1' (partitioned_param_swapper.py swap_in; DeepSpeed issue #3062)",
+            f"set zero_optimization.stage3_max_reuse_distance to {NVME_PARAM_MAX_REUSE_DISTANCE} and "
+            f"{path}.buffer_count to at least {fix_count} (what the cookbook's builder writes), or keep the "
+            f"reuse distance and set buffer_count to at least {need} (locks {need} × buffer_size {_fmt(bs)} × "
+            f"{st['bytes_16bit']} B = {need * (bs if _is_num(bs) else 10 ** 8) * st['bytes_16bit'] / 2 ** 30:.2f} "
+            "GiB of host RAM per rank)")
+
+
 def _rule_offload(ctx: _Ctx) -> None:
     zero = ctx.cfg.get("zero_optimization")
     if not isinstance(zero, dict):
@@ -989,6 +1035,7 @@ def _rule_offload(ctx: _Ctx) -> None:
                         f"largest tensor ({ctx.spec.largest_layer_params} / {ctx.world_size} = {need}); DeepSpeed "
                         "asserts 'More elements ... than buffer size' at the first swap",
                         f"set buffer_size to at least {need}")
+            _rule_nvme_param_buffers(ctx, block, path)
     # NVMe optimizer offload with bf16 master weights / optimizer states
     off = zero.get("offload_optimizer")
     bf16_key = "bf16" if "bf16" in ctx.cfg else "bfloat16"

@@ -905,6 +905,111 @@ def _num(value, default):
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
+#: Room the NVMe folder needs beyond the estimated swap files: ×1.05 + 1 GiB — the estimate follows DeepSpeed's
+#: sizes but not its file system's metadata/extents, and a full disk mid-run is ``OSError: [Errno 28] No space
+#: left on device`` inside DeepSpeed's swap-out (seen on the H200, a run whose states exceeded the free space).
+NVME_DISK_MARGIN_FRACTION = 0.05
+NVME_DISK_MARGIN_BYTES = 2 ** 30
+
+
+def nvme_disk_needed(disk_bytes: float) -> float:
+    """Free bytes the NVMe folder must have for ``disk_bytes`` of estimated swap files (per machine):
+    ``disk_bytes × (1 + NVME_DISK_MARGIN_FRACTION) + NVME_DISK_MARGIN_BYTES``."""
+    return float(disk_bytes) * (1 + NVME_DISK_MARGIN_FRACTION) + NVME_DISK_MARGIN_BYTES
+
+
+def nvme_disk_refusal(plan, ds_config: Mapping | None = None, *, spec=None) -> str | None:
+    """Why an NVMe-offload launch of ``plan`` must not start on this machine: the swap files
+    (:func:`estimate_nvme` ``disk_bytes``, per machine) plus the margin (:func:`nvme_disk_needed`) exceed the
+    free space of the file system holding ``plan.nvme_path`` (``shutil.disk_usage`` of the folder, or of its
+    nearest existing parent). None when it fits, when there is no NVMe target, or when the model cannot be
+    estimated (other checks report that).
+
+    Returns:
+        a message naming --nvme-path, the free and needed GiB, and the fixes; or None.
+    """
+    if "nvme" not in (plan.offload_optimizer, plan.offload_param) or not plan.nvme_path or plan.zero_stage < 3:
+        return None
+    import shutil
+    try:
+        est = estimate_nvme(plan, spec=spec, ds_config=ds_config)
+    except Exception:  # noqa: BLE001 - an unresolvable model is reported elsewhere
+        return None
+    if est is None or not est.disk_bytes:
+        return None
+    folder = Path(plan.nvme_path).expanduser().absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    need = nvme_disk_needed(est.disk_bytes)
+    if free >= need:
+        return None
+    return (f"--nvme-path {plan.nvme_path}: {free / GIB:.1f} GiB free on its file system ({folder}), but the "
+            f"NVMe swap files need {need / GIB:.1f} GiB ({est.disk_bytes / GIB:.1f} GiB estimated + "
+            f"{NVME_DISK_MARGIN_FRACTION:.0%} + {NVME_DISK_MARGIN_BYTES / GIB:g} GiB margin); DeepSpeed would stop "
+            "with 'OSError: [Errno 28] No space left on device'. Fix: free "
+            f"{(need - free) / GIB:.1f} GiB there, point --nvme-path at a folder on a larger SSD, train a smaller "
+            "model, or offload to the CPU instead (--offload-optimizer cpu --offload-param cpu)")
+
+
+#: ``stage3_max_reuse_distance`` the cookbook writes for plans with ``offload_param.device: nvme`` (and
+#: :func:`estimate_nvme` assumes without a ``ds_config``): 0, so that no parameter stays gathered — holding
+#: its NVMe swap buffer — from one use to its next (DeepSpeed issue #3062; see :func:`param_buffers_needed`).
+NVME_PARAM_MAX_REUSE_DISTANCE = 0
+
+
+def param_buffers_needed(spec, numels, on_ssd, *, reuse: int, span: int = 2) -> dict:
+    """How many ``offload_param`` swap buffers DeepSpeed 0.19.8 may hold at once for this model (an upper
+    bound), and why: DeepSpeed asserts ``Not enough buffers 0 for swapping 1`` when a swap-in finds too few
+    (``runtime/swap_tensor/partitioned_param_swapper.py:310``, ``swap_in``; issue #3062
+    https://github.com/deepspeedai/DeepSpeed/issues/3062).
+
+    A parameter on the SSD takes one buffer when it is swapped in and gives it back only when it is
+    partitioned again (``partition_parameters.py:1809``, ``remove_partition_and_release_buffers``).
+
+    * ``init_gather``: the most on-SSD tensors one ``GatheredParameters`` call swaps in together —
+      transformers' ``initialize_weights_zero3`` (``integrations/deepspeed.py``) gathers a module's own
+      parameters plus its direct children's: LLaMA's attention block q, k, v, o (4), its MLP gate, up,
+      down (3). The list is swapped in at once (``partition_parameters.py:1718``).
+    * ``kept_by_reuse``: on-SSD tensors the coordinator keeps gathered after their module because their next
+      use lies within ``stage3_max_reuse_distance`` elements
+      (``partitioned_param_coordinator.py:634-665``, ``__params_to_release``); counted as in
+      :func:`estimate_nvme` (next use ``n + span × (elements after it)`` away, ``span`` 3 under gradient
+      checkpointing, else 2); all are held together at the forward/backward turn. With the default 1e9
+      that is the whole of a model below ~3e8 elements, and the last ~1e9/3 elements of a larger one.
+    * ``need`` = max(init_gather, kept_by_reuse + 1): one more for the module being fetched. NVMe prefetch
+      (``__prefetch_nvme_param_partitions``) only takes buffers that are free, and the regular prefetch
+      stops at the first parameter still on the SSD (``_fetch_sub_module_impl``), so neither adds to it.
+      0 when nothing is on the SSD.
+
+    Args:
+        spec: the model's :class:`cookbook.models.ModelSpec` (layer count).
+        numels: parameter tensor sizes in module order (:func:`cookbook.sizes._tensor_numels`).
+        on_ssd: per tensor, whether its partition lives on the SSD (see :func:`estimate_nvme`).
+        reuse: ``stage3_max_reuse_distance`` (elements).
+        span: 3 with gradient checkpointing, else 2.
+
+    Returns:
+        ``{"need", "init_gather", "kept_by_reuse"}`` (counts of buffers).
+    """
+    n_layers = int(getattr(spec, "num_layers", 0) or 0)
+    per = 12 if getattr(spec, "model_type", "") == "qwen2" else 9
+    groups = []
+    if n_layers and 1 + n_layers * per <= len(numels):
+        for j in range(n_layers):
+            base = 1 + j * per
+            groups.append([base + t for t in (0, 1, 2, 3) + ((9, 10, 11) if per == 12 else ())])  # attention
+            groups.append([base + t for t in (4, 5, 6)])  # MLP
+    init_gather = max([sum(1 for i in grp if on_ssd[i]) for grp in groups] + [1 if any(on_ssd) else 0])
+    kept, after = 0, 0
+    for i in reversed(range(len(numels))):
+        if on_ssd[i] and numels[i] + span * after < reuse:
+            kept += 1
+        after += numels[i]
+    need = max(init_gather, kept + 1) if any(on_ssd) else 0
+    return {"need": need, "init_gather": init_gather, "kept_by_reuse": kept}
+
+
 def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_states: bool = False,
                   device: str = "cuda") -> NvmeEstimate | None:
     """NVMe offload of ``plan``, term by term, from DeepSpeed 0.19.8's source; None without an NVMe target.
@@ -914,8 +1019,10 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
     ``_partition_param``: padded to a multiple of the world size); ZeRO-3 optimizer sub-groups cut as
     ``stage3.py::_create_fp16_sub_groups`` does (parameters in order until ``sub_group_size``). ``p`` = bytes
     of a 16-bit parameter (4 for fp32 training), ``o`` = bytes of an optimizer state (4; 2 with bf16
-    states). Settings come from ``ds_config`` or, when absent, from DeepSpeed's defaults with the
-    parameter ``buffer_size`` the cookbook's builder writes (max(1e8, largest partition)).
+    states). Settings come from ``ds_config`` or, when absent, from DeepSpeed's defaults with what the
+    cookbook's builder writes for ``offload_param`` nvme: ``buffer_size`` max(1e8, largest partition),
+    ``stage3_max_reuse_distance`` 0 and ``buffer_count`` max(5, :func:`param_buffers_needed`) — the same
+    numbers as :func:`cookbook.dsconfig.build_config`, so that the host-RAM terms are the built config's.
 
     Which tensors swap (``swap_tensor/utils.py`` MIN_AIO_BYTES; ``is_swappable_tensor``/``swappable_tensor``):
     a tensor goes to the SSD only with at least ``max(1 MiB, aio.block_size)`` bytes. Parameters in sub-groups
@@ -1073,6 +1180,14 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
                     small += torch_pinned(k * p, par_pin)
         host["params_kept_in_cpu"] = small
         locked += small if par_pin else 0.0
+        reuse = _num(zero.get("stage3_max_reuse_distance"),
+                     NVME_PARAM_MAX_REUSE_DISTANCE if ds_config is None else 10 ** 9)
+        span = 3 if plan.gradient_checkpointing else 2
+        need = param_buffers_needed(spec, numels, on_ssd, reuse=reuse, span=span)
+        settings.update(param_buffers_needed=need["need"], param_buffers_kept_by_reuse=need["kept_by_reuse"],
+                        param_buffers_init_gather=need["init_gather"])
+        if ds_config is None:  # the builder's buffer_count (dsconfig.build_config): at least what DeepSpeed holds
+            par_count = settings["param_buffer_count"] = max(par_count, need["need"])
         host["param_swap_buffers"] = par_count * aligned(par_size, align_p) * p
         locked += host["param_swap_buffers"]
         if not all(in_flat):
@@ -1092,8 +1207,6 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
         # reused within stage3_max_reuse_distance elements (partitioned_param_coordinator.__params_to_release:
         # the elements traversed between the two uses: the rest of the forward, then the backward of the
         # later layers, which under checkpointing recomputes their forward first)
-        reuse = _num(zero.get("stage3_max_reuse_distance"), 10 ** 9)
-        span = 3 if plan.gradient_checkpointing else 2
         after = 0
         reread = 0
         for i in reversed(range(len(parts))):

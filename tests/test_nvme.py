@@ -82,11 +82,12 @@ def test_tuned_aio_block_reaches_deepspeeds_parser(ds_dist, tmp_path):
     cfg = build_config(plan, aio=str(f))
     assert cfg["aio"] == tuned["aio"]
     par = cfg["zero_optimization"]["offload_param"]
-    # buffer_count from the tuner; buffer_size never below the largest partition (131,072,000 / 2)
-    assert par["buffer_count"] == 3 and par["buffer_size"] == 65_536_000
+    # buffer_count from the tuner, raised to what DeepSpeed holds at once (transformers' ZeRO-3 init swaps in
+    # an attention block's q, k, v, o together: 4); buffer_size never below the largest partition (131,072,000 / 2)
+    assert par["buffer_count"] == 4 and par["buffer_size"] == 65_536_000
     parsed = _parse(cfg, 2)
     assert parsed.aio_config == dict(tuned["aio"], use_gds=False)
-    assert parsed.zero_config.offload_param.buffer_count == 3
+    assert parsed.zero_config.offload_param.buffer_count == 4
     # without a tuned block: DeepSpeed's defaults, which its parser reads back unchanged
     assert _parse(build_config(plan), 2).aio_config == dict(nvme.AIO_DEFAULTS, use_gds=False)
 
@@ -226,14 +227,19 @@ def test_nvme_estimate_tiny_model_by_hand(swap_llama):
     gpu = nvme.estimate_nvme(plan, ds_config=cfg).host_per_rank
     assert gpu["grad_flat_buffer"] == 2 ** 22 and gpu["params_kept_in_cpu"] == 2 * (4 * 16_384 + 3 * 65_536)
     assert gpu["optimizer_swap_buffers"] == h["optimizer_swap_buffers"]
-    # traffic per optimizer step: parameters read once per micro-step (2): the whole model (2.5e6 elements) lies
-    # within stage3_max_reuse_distance (1e9), so DeepSpeed keeps them gathered from forward to backward
-    assert est.read_per_step_per_rank == {"params_16bit": 2 * 2 * 2 * emb_part, "optimizer_states": 12 * sg,
+    # traffic per optimizer step: parameters read twice per micro-step (2 micro-steps): the builder's
+    # stage3_max_reuse_distance 0 (DeepSpeed #3062) keeps nothing gathered from forward to backward
+    assert cfg["zero_optimization"]["stage3_max_reuse_distance"] == 0
+    assert est.read_per_step_per_rank == {"params_16bit": 2 * 2 * 2 * 2 * emb_part, "optimizer_states": 12 * sg,
                                           "grads": 8 * emb_part}
     assert est.write_per_step_per_rank == {"grads": 8 * emb_part, "optimizer_states": 12 * sg,
                                            "params_16bit": 4 * emb_part}
+    # with DeepSpeed's 1e9 the whole model (2.5e6 elements) lies within the distance: read once per micro-step
+    kept = dict(cfg, zero_optimization=dict(cfg["zero_optimization"], stage3_max_reuse_distance=10 ** 9))
+    assert nvme.estimate_nvme(plan, ds_config=kept, device="cpu").read_per_step_per_rank["params_16bit"] == \
+        2 * 2 * 2 * emb_part
     f = est.floor(2.0, 1.0)
-    read, write = 2 * (8 * emb_part + 12 * sg + 8 * emb_part), 2 * (12 * emb_part + 12 * sg)
+    read, write = 2 * (16 * emb_part + 12 * sg + 8 * emb_part), 2 * (12 * emb_part + 12 * sg)
     assert f["floor_serial_s"] == pytest.approx(read / 2e9 + write / 1e9)
     assert est.endurance(600)["write_tb_per_1000_steps"] == pytest.approx(write * 1000 / 1e12)
     # with DeepSpeed's max_in_cpu (1e9 > P) the parameters stay in CPU for good: nothing of them on the SSD
