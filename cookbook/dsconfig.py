@@ -99,6 +99,50 @@ LR_SCHEDULERS = ("linear", "cosine", "constant")
 
 #: DeepSpeed scheduler type of each schedule (``deepspeed/runtime/lr_schedules.py``).
 DS_SCHEDULER_TYPES = {"linear": "WarmupDecayLR", "cosine": "WarmupCosineLR", "constant": "WarmupLR"}
+#: ``cookbook config --lr`` when not typed: 2e-5, Stanford Alpaca's lr for LLaMA-7B full fine-tunes (its
+#: README's training command); said on stderr when a config is written with it.
+CONFIG_DEFAULT_LR = 2e-5
+
+#: DeepSpeed scheduler type -> the ``--lr-scheduler`` name it runs (the inverse of :data:`DS_SCHEDULER_TYPES`).
+SCHEDULER_KINDS = {v: k for k, v in DS_SCHEDULER_TYPES.items()}
+
+
+def describe_scheduler(block: dict, lr: float | None = None) -> str:
+    """One line for the learning-rate schedule a DeepSpeed ``scheduler`` block runs, e.g.
+    ``"WarmupLR: constant 2e-05 after 1 warm-up step(s) from 2e-05"``.
+
+    Args:
+        block: the config's ``scheduler`` section (``{"type", "params"}``), with any "auto" already filled.
+        lr: the optimizer's lr (used where ``WarmupLR`` has no ``warmup_max_lr`` and for ``WarmupCosineLR``'s
+            ratios).
+
+    Missing params take DeepSpeed's own defaults (``deepspeed/runtime/lr_schedules.py``: ``WarmupLR``
+    warmup_min_lr 0, warmup_max_lr = the optimizer's lr, warmup_num_steps 1000; ``WarmupDecayLR``
+    warmup_max_lr 0.001; ``WarmupCosineLR`` warmup_min_ratio 0, cos_min_ratio 0.0001). Other types are
+    described by their params. Raises nothing.
+    """
+    kind = str(block.get("type"))
+    p = block.get("params") or {}
+
+    def num(v):
+        return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+    n = p.get("warmup_num_steps", 1000)
+    if kind == "WarmupLR":
+        lo, hi = p.get("warmup_min_lr", 0.0), p.get("warmup_max_lr", lr)
+        if lo == hi:
+            return f"WarmupLR: constant {num(hi)} at every step (warmup_min_lr = warmup_max_lr; {num(n)} warm-up step(s) change nothing)"
+        return f"WarmupLR: constant {num(hi)} after {num(n)} warm-up step(s) from {num(lo)}"
+    if kind == "WarmupDecayLR":
+        lo, hi = p.get("warmup_min_lr", 0.0), p.get("warmup_max_lr", 0.001)
+        return (f"WarmupDecayLR: {num(lo)} -> {num(hi)} over {num(n)} warm-up step(s), then linear to {num(lo)} "
+                f"at step {num(p.get('total_num_steps'))}")
+    if kind == "WarmupCosineLR":
+        base = "lr" if lr is None else num(lr)
+        return (f"WarmupCosineLR: {num(p.get('warmup_min_ratio', 0.0))} x {base} -> {base} over {num(n)} warm-up "
+                f"step(s), then cosine to {num(p.get('cos_min_ratio', 0.0001))} x {base} at step "
+                f"{num(p.get('total_num_steps'))}")
+    return f"{kind}: " + (", ".join(f"{k}={num(v)}" for k, v in p.items()) or "DeepSpeed's defaults")
 
 
 class ConfigError(PlanError):
@@ -1175,6 +1219,12 @@ def _run(args) -> int:
     where = f" -> {args.output}" if args.output else ""
     print(f"{args.preset}: {plan.label}, {plan.precision}, {plan.model}, {batch}, target {args.target}{where}",
           file=sys.stderr)
+    sched = cfg.get("scheduler")
+    if isinstance(sched, dict) and args.target != "trainer":  # the schedule the file runs, and where its lr came from
+        lr = cfg["optimizer"]["params"]["lr"]
+        origin = ("--lr" if args.lr is not None else
+                  f"the default of `cookbook config` (not typed; pass --lr for your model)")
+        print(f"[schedule] {describe_scheduler(sched, lr)}; lr {lr:g} from {origin}", file=sys.stderr)
     if plan.liger:
         print(preset_launch_note(plan, args.output or "ds_config.json", bf16_states=args.bf16_states,
                                  target=args.target), file=sys.stderr)
@@ -1220,7 +1270,7 @@ def _build_for_cli(args):
         fields["precision"] = auto_precision(cc)
     try:
         plan = preset_plan(args.preset, **fields)
-        cfg = build_config(plan, args.target, lr=args.lr, warmup_steps=args.warmup_steps,
+        cfg = build_config(plan, args.target, lr=CONFIG_DEFAULT_LR if args.lr is None else args.lr, warmup_steps=args.warmup_steps,
                            total_steps=args.total_steps, bf16_states=args.bf16_states,
                            lr_scheduler=args.lr_scheduler, aio=getattr(args, "aio_config", None))
     except (ConfigError, PlanError, ModelNotFoundError) as exc:
@@ -1254,7 +1304,8 @@ def register(subparsers) -> None:
     p.add_argument("--nvme-path", default=None, help="folder on a local NVMe SSD (zero3-nvme)")
     p.add_argument("--host-memory-gib", type=float, default=None,
                    help="host RAM per machine in GiB; pin_memory is turned off when it is short")
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"peak learning rate (default {CONFIG_DEFAULT_LR:g}, said when written)")
     p.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps")
     p.add_argument("--total-steps", type=int, default=None, help="optimizer steps of the run (needed by linear/cosine)")
     p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default=None,

@@ -722,6 +722,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     #    Resolved twice: first for the plan (batch shape, stage, precision), then — once the learning rate
     #    and the run's length are known (step 2) — for the values that depend on them.
     ds_config = resolution = None
+    config_scheduler = None  # the type of the user's config's scheduler block, which DeepSpeed runs
     name = "config" if config is None or isinstance(config, dict) else Path(config).name
     if lr is not None and not lr_source:
         lr_source = (names or {}).get("lr") or "launch(lr=...)"
@@ -758,6 +759,23 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             lr = opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what the user did not type
             lr_source = f"{name}: optimizer.params.lr"
         lr_auto = cfg_lr == "auto"
+        # DeepSpeed runs the config's own scheduler (train.py hands it to DummyScheduler): the run's schedule is
+        # that block, so a typed --lr-scheduler that names another one is a contradiction, not a setting
+        sched = given.get("scheduler")
+        if isinstance(sched, dict) and sched.get("type"):
+            from .dsconfig import DS_SCHEDULER_TYPES, SCHEDULER_KINDS
+            kind = SCHEDULER_KINDS.get(sched["type"])
+            typed = ("lr_scheduler" in stated) if stated is not None else lr_scheduler != "linear"
+            if typed and kind != lr_scheduler:
+                flag = (names or {}).get("lr_scheduler") or "--lr-scheduler"
+                return result("config_error", (
+                    f"{flag} {lr_scheduler} contradicts {name}: scheduler.type {sched['type']}"
+                    + (f" (that is {kind})" if kind else "") + ", and DeepSpeed runs the config's scheduler. Fix: drop "
+                    f"{flag} to run {sched['type']}, or remove the \"scheduler\" block from {name} (or set its type "
+                    f"to {DS_SCHEDULER_TYPES.get(lr_scheduler, lr_scheduler)}) to run {lr_scheduler}"), command="")
+            config_scheduler = sched["type"]
+            if kind:
+                lr_scheduler = opts["lr_scheduler"] = kind
         if max_steps is None and num_epochs is None and isinstance(cfg_steps, int) and cfg_steps > 0:
             max_steps = opts["max_steps"] = cfg_steps
     opts["lr_source"] = lr_source
@@ -797,6 +815,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if resolution.rows:  # the fill table (cookbook launch --json sends it to stderr)
             print(str(resolution), flush=True)
         ds_config = resolution.config
+        if config_scheduler and isinstance(ds_config.get("scheduler"), dict):
+            from .dsconfig import SCHEDULER_KINDS, describe_scheduler
+            opt_lr = ((ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
+            hp["scheduler"] = describe_scheduler(ds_config["scheduler"], opt_lr if isinstance(opt_lr, (int, float)) else lr)
+            hp["scheduler_source"] = f"{name}: scheduler"
+            hp["lr_scheduler"] = lr_scheduler if SCHEDULER_KINDS.get(config_scheduler) else config_scheduler
     if not quiet:
         for line in describe_inputs(facts):
             print(line, flush=True)
@@ -843,6 +867,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
                          main_process_port=main_process_port)
     write_resolved_options(run_dir / RESOLVED_FILE, plan, parsed, run_file=run_file, config=config,
+                           scheduler=facts["hyperparameters"].get("scheduler"),
                            launch_options={"force": force, "hang_timeout": hang_timeout_s,
                                            "startup_timeout": startup_timeout_s,
                                            "main_process_ip": main_process_ip, "main_process_port": main_process_port})
@@ -1141,12 +1166,19 @@ def load_run_file(path: str | os.PathLike, parser: argparse.ArgumentParser) -> d
 
 
 def write_resolved_options(path: Path, plan: Plan, parsed, *, run_file: str | None = None, config=None,
-                           launch_options: dict | None = None) -> Path:
-    """Write every option of a run, resolved (lr, steps, warm-up filled in), as a run file."""
+                           launch_options: dict | None = None, scheduler: str | None = None) -> Path:
+    """Write every option of a run, resolved (lr, steps, warm-up filled in), as a run file.
+
+    ``scheduler``: the description of the DeepSpeed config's own ``scheduler`` block (what runs, see
+    :func:`cookbook.dsconfig.describe_scheduler`); it is written in the header, and ``lr-scheduler`` is left
+    out where it cannot name that block."""
     import yaml
+    from .dsconfig import SCHEDULER_KINDS
     values: dict = {}
     for dest, value in vars(parsed).items():
         if dest in _NOT_IN_RUN_FILE or (dest == "packing" and value is None):  # None: the default decides
+            continue
+        if dest == "lr_scheduler" and scheduler and SCHEDULER_KINDS.get(scheduler.split(":")[0]) != value:
             continue
         values[dest.replace("_", "-")] = value
     values.update({"num-processes": plan.num_gpus, "num-machines": plan.num_machines,
@@ -1163,6 +1195,8 @@ def write_resolved_options(path: Path, plan: Plan, parsed, *, run_file: str | No
               f"# Options from: {'the run file ' + str(run_file) + ' and the command line' if run_file else 'the command line / launch()'}."]
     if isinstance(config, dict):
         header.append("# The DeepSpeed config was a dict passed from Python: it is ds_config.json in this folder.")
+    if scheduler:
+        header.append(f"# Learning-rate schedule: the DeepSpeed config's scheduler block, which DeepSpeed runs: {scheduler}")
     text = "\n".join(header) + "\n" + yaml.safe_dump(values, sort_keys=False, allow_unicode=True)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -351,6 +351,7 @@ def _pydantic_sections() -> dict[str, Any]:
     from deepspeed.comm.config import CommsLoggerConfig
     from deepspeed.monitor.config import CometConfig, CSVConfig, TensorBoardConfig, WandbConfig
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zenflow.zenflow_config import ZenFlowConfig
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
                                                        DeepSpeedZeroOffloadParamConfig)
@@ -358,6 +359,7 @@ def _pydantic_sections() -> dict[str, Any]:
         "zero_optimization": DeepSpeedZeroConfig,
         "zero_optimization.offload_param": DeepSpeedZeroOffloadParamConfig,
         "zero_optimization.offload_optimizer": DeepSpeedZeroOffloadOptimizerConfig,
+        "zero_optimization.zenflow": ZenFlowConfig,  # deepspeed/runtime/zenflow/zenflow_config.py
         "fp16": DeepSpeedFP16Config,
         "bf16": DeepSpeedBF16Config,
         "bfloat16": DeepSpeedBF16Config,

@@ -216,6 +216,28 @@ def declared_parameters(path: Path) -> dict:
     return {name: info.get("inferred_type_name") for name, info in pm.inspect_notebook(str(path)).items()}
 
 
+#: Python types a notebook parameter of each declared type (papermill's ``inferred_type_name`` for
+#: ``NAME: int = 3``) accepts: an int is a float, a bool is only a bool (``True`` is an ``int`` in Python).
+_ACCEPTED = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def type_problem(value, declared: str | None) -> str | None:
+    """Why ``value`` cannot be a notebook parameter declared ``declared`` (``int``/``float``/``bool``/``str``),
+    or None when it can (or the type is not one of those: not checked). Raises nothing."""
+    accepted = _ACCEPTED.get(declared or "")
+    if accepted is None:
+        return None
+    if isinstance(value, bool) and declared != "bool":
+        ok = False
+    else:
+        ok = isinstance(value, accepted)
+    if ok:
+        return None
+    got = "null" if value is None else type(value).__name__
+    example = {"int": "3", "float": "1.0e-5", "bool": "true or false", "str": "text (quote it)"}[declared]
+    return f"{value!r} is {got}, the notebook declares {declared}; give a{'n' if declared == 'int' else ''} {declared}, e.g. {example}"
+
+
 def parameters_for(notebooks: list[Path], pairs: list[tuple[str, str]]) -> dict[str, dict]:
     """Route ``-p NAME VALUE`` pairs to the notebooks that declare ``NAME``.
 
@@ -225,7 +247,9 @@ def parameters_for(notebooks: list[Path], pairs: list[tuple[str, str]]) -> dict[
         notebook stem -> {name: value}.
 
     Raises:
-        RunAllError: a name no selected notebook declares, or ``OUTPUT_DIR`` (set with --output-dir).
+        RunAllError: a name no selected notebook declares, a value not of its declared type
+            (:func:`type_problem`; a declared ``str`` keeps the text as typed), or ``OUTPUT_DIR`` (set with
+            --output-dir).
     """
     declared = {p.stem: declared_parameters(p) for p in notebooks}
     out: dict[str, dict] = {p.stem: {} for p in notebooks}
@@ -244,7 +268,13 @@ def parameters_for(notebooks: list[Path], pairs: list[tuple[str, str]]) -> dict[
             if target is not None and not (stem == target or stem.split("_")[0] == target):
                 continue
             if name in names:
-                out[stem][name] = value
+                v = value
+                if names[name] == "str" and not isinstance(v, str):
+                    v = raw_value  # papermill-style parsing made a number of it; the notebook declares str
+                problem = type_problem(v, names[name])
+                if problem:
+                    raise RunAllError(f"-p {raw_name} {raw_value}: notebook {stem}: {name}: {problem}")
+                out[stem][name] = v
                 hit = True
         if not hit:
             where = f"notebook {target}" if target else "any selected notebook"
@@ -280,7 +310,8 @@ def load_params_file(path: str | os.PathLike, notebooks: list[Path]) -> dict[str
 
     Raises:
         RunAllError: an unreadable file, a section that names no notebook, a key no notebook (or not the
-            named notebook) declares, or ``OUTPUT_DIR``; the message names the file, the notebook, the key
+            named notebook) declares, a value not of the type the notebook declares (:func:`type_problem`),
+            or ``OUTPUT_DIR``; the message names the file, the notebook, the key
             and the parameters the notebook has.
     """
     import yaml
@@ -314,6 +345,10 @@ def load_params_file(path: str | os.PathLike, notebooks: list[Path]) -> dict[str
             raise RunAllError(f"--params {p}: {SHARED_SECTION}: no notebook has a parameter {name!r}; "
                               f"parameters: {', '.join(known)}")
         for stem in hit:
+            problem = type_problem(value, declared[stem][name])
+            if problem:
+                raise RunAllError(f"--params {p}: {SHARED_SECTION}: {name}: {problem} (notebook {stem}); fix the "
+                                  f"value in {p}")
             out[stem][name] = value
     for section, values in data.items():
         if section == SHARED_SECTION:
@@ -332,6 +367,10 @@ def load_params_file(path: str | os.PathLike, notebooks: list[Path]) -> dict[str
             if name not in declared[stem]:
                 raise RunAllError(f"--params {p}: notebook {stem} has no parameter {name!r}; its parameters: "
                                   f"{', '.join(n for n in declared[stem] if n != 'OUTPUT_DIR')}")
+            problem = type_problem(value, declared[stem][name])
+            if problem:
+                raise RunAllError(f"--params {p}: section {section!r}: {name}: {problem} (notebook {stem}); fix the "
+                                  f"value in {p}")
             out[stem][name] = value
     return out
 

@@ -515,9 +515,12 @@ def describe_inputs(facts: dict) -> list[str]:
     if facts.get("eval_source"):
         lines.append(f"[eval] {facts['eval_examples']:,} eval examples: {facts['eval_source']}")
     if hp:
-        lines.append(f"[schedule] lr {hp['lr']:g} ({hp['lr_source']}), {hp['lr_scheduler']} after {hp['warmup_steps']} "
-                     f"warm-up step(s) ({hp['warmup_source']}); {hp['max_steps']} optimizer steps ({hp['steps_source']}) "
-                     f"= {hp['epochs']:g} epoch(s) at a global batch of {facts['global_batch']} rows")
+        # with a DeepSpeed config's own scheduler block, that block is what runs (DummyScheduler): say it
+        shape = (f"{hp['scheduler']} ({hp.get('scheduler_source') or 'the DeepSpeed config: scheduler'}, which "
+                 "DeepSpeed runs)" if hp.get("scheduler") else
+                 f"{hp['lr_scheduler']} after {hp['warmup_steps']} warm-up step(s) ({hp['warmup_source']})")
+        lines.append(f"[schedule] lr {hp['lr']:g} ({hp['lr_source']}), {shape}; {hp['max_steps']} optimizer steps "
+                     f"({hp['steps_source']}) = {hp['epochs']:g} epoch(s) at a global batch of {facts['global_batch']} rows")
     return lines
 
 
@@ -763,6 +766,13 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         raise TrainInputError("no DeepSpeed config reached this rank; launch with `cookbook train` "
                               "(it writes the Accelerate config with distributed_type: DEEPSPEED)")
     ds_config = plugin.deepspeed_config
+    if isinstance(ds_config.get("scheduler"), dict):  # what runs (DummyScheduler below), for the summary
+        from .dsconfig import SCHEDULER_KINDS, describe_scheduler
+        hp, sched = facts["hyperparameters"], ds_config["scheduler"]
+        opt_lr = ((ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
+        hp.update(scheduler=describe_scheduler(sched, opt_lr if isinstance(opt_lr, (int, float)) else args.lr),
+                  scheduler_source="ds_config.json: scheduler")
+        hp["lr_scheduler"] = args.lr_scheduler = SCHEDULER_KINDS.get(sched.get("type")) or str(sched.get("type"))
     out = Path(args.output_dir)
     set_seed(args.seed)
 

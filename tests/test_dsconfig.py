@@ -614,3 +614,15 @@ def test_stock_benchmark_configs_are_filled_by_resolve_config():
             assert z["reduce_bucket_size"] == h * h and z["stage3_prefetch_bucket_size"] == int(0.9 * h * h)
             assert z["stage3_param_persistence_threshold"] == 10 * h
             assert f"hidden_size² = {h}²" in filled["zero_optimization.reduce_bucket_size"]
+
+
+def test_describe_scheduler_says_what_each_block_runs():
+    from cookbook.dsconfig import describe_scheduler
+    flat = {"type": "WarmupLR", "params": {"warmup_min_lr": 2e-5, "warmup_max_lr": 2e-5, "warmup_num_steps": 1}}
+    assert describe_scheduler(flat).startswith("WarmupLR: constant 2e-05 at every step")
+    warm = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_num_steps": 3}}
+    assert describe_scheduler(warm, 1e-5) == "WarmupLR: constant 1e-05 after 3 warm-up step(s) from 0"
+    decay = {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-3, "warmup_num_steps": 2,
+                                                 "total_num_steps": 40}}
+    assert describe_scheduler(decay) == "WarmupDecayLR: 0 -> 0.003 over 2 warm-up step(s), then linear to 0 at step 40"
+    assert describe_scheduler({"type": "OneCycle", "params": {"cycle_min_lr": 1e-6}}) == "OneCycle: cycle_min_lr=1e-06"

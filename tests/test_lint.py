@@ -558,3 +558,22 @@ def test_fp16_block_the_trainer_keeps_stays_with_the_warning(tmp_path, capsys):
     assert {"path": "fp16.enabled", "value": True, "from": "accelerate_zero_stage3_offload_config.json (over "
             "--precision bf16 (default))"} in report["filled"]
     assert json.loads(out.read_text())["fp16"] == json.loads(acc.read_text())["fp16"]
+
+
+def test_unknown_zenflow_keys_are_caught_like_deepspeed_does():
+    """zero_optimization.zenflow is DeepSpeed's ZenFlowConfig (extra keys forbidden): an unknown key there
+    fails DeepSpeedZeroConfig, so the linter names it (with a guess for a misspelling)."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    zenflow = {"topk_ratio": 0.01, "bogus_key": 1, "update_intervl": 4}
+    with pytest.raises(Exception, match="bogus_key"):  # what DeepSpeed itself does with it
+        DeepSpeedZeroConfig(stage=2, offload_optimizer={"device": "cpu"}, zenflow=zenflow)
+    cfg = dict(MB1, zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                                       "zenflow": zenflow})
+    report = lint(cfg, world_size=1)
+    bogus = _find(report, "zero_optimization.zenflow.bogus_key", "error")
+    assert "unknown key 'bogus_key'" in bogus.message and "rejects" in bogus.message
+    typo = _find(report, "zero_optimization.zenflow.update_intervl", "error")
+    assert "did you mean 'update_interval'" in typo.fix
+    assert "topk_ratio" in known_keys()["zero_optimization.zenflow"]
+    ok = dict(cfg, zero_optimization=dict(cfg["zero_optimization"], zenflow={"topk_ratio": 0.01}))
+    assert not [f for f in lint(ok, world_size=1) if f.path.startswith("zero_optimization.zenflow.")]

@@ -341,3 +341,30 @@ def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):
     assert not list(root.glob(".del-*"))
     with pytest.raises(ValueError, match="keep=0"):
         ckpt.rotate(root, 0)
+
+
+def test_config_scheduler_block_is_the_schedule_described(tmp_path, capsys):
+    """A config's own scheduler block is what DeepSpeed runs: the console, run.resolved.yaml and the train
+    command say that block (a constant WarmupLR here, from `cookbook config` without --total-steps), and a
+    typed --lr-scheduler that names another schedule is refused, naming both."""
+    cfg = tmp_path / "ds2.json"
+    assert main(["config", "zero3-offload", "--gpus", "2", "--micro-batch", "2", "--grad-accum", "1",
+                 "--model", "tiny-qwen2", "-o", str(cfg)]) == 0
+    err = capsys.readouterr().err
+    sched = json.loads(cfg.read_text())["scheduler"]
+    assert sched["type"] == "WarmupLR" and sched["params"]["warmup_min_lr"] == sched["params"]["warmup_max_lr"] == 2e-5
+    assert "lr 2e-05 from the default of `cookbook config`" in err  # the untyped lr is said where it is written
+    out = tmp_path / "run"
+    assert main(["launch", "--config", str(cfg), "--model", "tiny-qwen2", "--num-processes", "2", "--max-steps", "4",
+                 "--dry-run", "--output-dir", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    line = next(l for l in printed.splitlines() if l.startswith("[schedule] lr"))
+    assert "WarmupLR: constant 2e-05" in line and "linear" not in line, line
+    assert "--lr-scheduler constant" in (out / "command.sh").read_text()  # what train.py's summary records
+    resolved = (out / RESOLVED_FILE).read_text()
+    assert "lr-scheduler: constant" in resolved and "WarmupLR: constant 2e-05" in resolved
+    rc = main(["launch", "--config", str(cfg), "--model", "tiny-qwen2", "--num-processes", "2", "--max-steps", "4",
+               "--lr-scheduler", "linear", "--dry-run", "--output-dir", str(tmp_path / "bad"), "--no-progress"])
+    both = capsys.readouterr()
+    assert rc != 0
+    assert "--lr-scheduler linear" in both.out + both.err and "WarmupLR" in both.out + both.err

@@ -555,3 +555,28 @@ def test_hardware_label_says_the_gpu_cap():
         "1 × NVIDIA H200 capped at 24 GiB"
     assert hardware.hardware_label({"device": "NVIDIA H200", "world_size": 2}) == "2 × NVIDIA H200"
 
+
+def test_params_values_are_checked_against_the_declared_types(tmp_path):
+    """shared: {MAX_STEPS: abc} used to pass and fail later in the notebook with a TypeError; now the file,
+    section, key, value and declared type are named before anything runs (types from papermill's
+    inspect_notebook: MAX_STEPS int, LR float, RANDOM_WEIGHTS bool, MODEL str)."""
+    nbs = runall.list_notebooks()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shared:\n  MAX_STEPS: abc\n")
+    with pytest.raises(runall.RunAllError, match=r"bad\.yaml: shared: MAX_STEPS: 'abc' is str, the notebook "
+                                                 r"declares int; give an int"):
+        runall.load_params_file(bad, nbs)
+    bad.write_text("02_zero2:\n  RANDOM_WEIGHTS: 1\n")  # an int is not a bool
+    with pytest.raises(runall.RunAllError, match=r"section '02_zero2': RANDOM_WEIGHTS: 1 is int, the notebook "
+                                                 r"declares bool"):
+        runall.load_params_file(bad, nbs)
+    bad.write_text("shared:\n  MAX_STEPS: true\n")  # a bool is not an int
+    with pytest.raises(runall.RunAllError, match="MAX_STEPS: True is bool"):
+        runall.load_params_file(bad, nbs)
+    good = tmp_path / "good.yaml"
+    good.write_text("shared:\n  LR: 1\n  MAX_STEPS: 5\n02_zero2:\n  MODEL: tiny-qwen2\n  RANDOM_WEIGHTS: false\n")
+    routed = runall.load_params_file(good, nbs)  # an int is a valid float
+    assert routed["02_zero2"] == {"LR": 1, "MAX_STEPS": 5, "MODEL": "tiny-qwen2", "RANDOM_WEIGHTS": False}
+    with pytest.raises(runall.RunAllError, match=r"-p MAX_STEPS abc: notebook \S+: MAX_STEPS: 'abc' is str"):
+        runall.parameters_for(nbs, [("MAX_STEPS", "abc")])
+    assert runall.parameters_for(nbs, [("02:MODEL", "7")])["02_zero2"] == {"MODEL": "7"}  # declared str: kept
