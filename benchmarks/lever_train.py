@@ -16,6 +16,7 @@ command, same arguments), so each lever is measured on the cookbook's own loop:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -43,6 +44,28 @@ def apply_levers() -> list[str]:
         acc_ds.DeepSpeedEngineWrapper.backward = backward
         done.append("accelerate DeepSpeedEngineWrapper.backward: ZenFlow decides update boundaries")
     return done
+
+
+@contextlib.contextmanager
+def as_entry():
+    """Inside: ``cookbook.launch.launch`` runs the same ``accelerate launch`` command with this module as the
+    ranks' entry (``-m benchmarks.lever_train`` instead of ``-m cookbook.train``), ``command.sh`` rewritten."""
+    import dataclasses
+
+    from cookbook import launch as L
+    orig = L.prepare_run
+
+    def prepare_run(*a, **k):
+        folder = orig(*a, **k)
+        cmds = tuple([("benchmarks.lever_train" if x == "cookbook.train" else x) for x in c] for c in folder.commands)
+        folder = dataclasses.replace(folder, commands=cmds)
+        (folder.run_dir / "command.sh").write_text("#!/usr/bin/env bash\n" + folder.command_text + "\n")
+        return folder
+    L.prepare_run = prepare_run
+    try:
+        yield
+    finally:
+        L.prepare_run = orig
 
 
 def main(argv=None) -> int:

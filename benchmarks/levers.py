@@ -211,16 +211,9 @@ def run_cookbook(v: Variant, run_dir: Path, dataset: Path, on_gpu: bool, aio: di
         env["LEVER_LIGER"] = "1"
     if v.zenflow_native:
         env["LEVER_ZENFLOW_NATIVE"] = "1"
-    if v.liger or v.zenflow_native:
-        orig = L.prepare_run
-
-        def prepare_run(*a, **k):   # same accelerate command, the lever wrapper as the entry module
-            folder = orig(*a, **k)
-            cmds = tuple([("benchmarks.lever_train" if x == "cookbook.train" else x) for x in c] for c in folder.commands)
-            folder = dataclasses.replace(folder, commands=cmds)
-            (folder.run_dir / "command.sh").write_text("#!/usr/bin/env bash\n" + folder.command_text + "\n")
-            return folder
-        L.prepare_run = prepare_run
+    if v.liger or v.zenflow_native:   # same accelerate command, the lever wrapper as the entry module
+        from benchmarks.lever_train import as_entry
+        as_entry().__enter__()  # for the rest of this child process (one run per process)
     t0 = time.time()
     res = L.launch(plan, run_dir, config=cfg, max_steps=v.max_steps, lr=2e-5, warmup_steps=1, dataset=str(dataset),
                    seed=1234, bf16_states=v.bf16_states and precision == "bf16",

@@ -22,7 +22,7 @@ fine-tune's final quality.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import json
 import statistics
 import sys
@@ -31,29 +31,19 @@ from pathlib import Path
 
 
 def _launch(plan, run_dir: Path, *, steps: int, lr: float, bf16_states: bool, zenflow: dict | None):
+    from benchmarks.lever_train import as_entry
     from cookbook import launch as L
     from cookbook.dsconfig import build_config
     cfg = build_config(plan, "accelerate", lr=lr, warmup_steps=max(1, steps // 20), total_steps=steps,
                        bf16_states=bf16_states)
     env = {}
-    orig = L.prepare_run
     if zenflow:
         cfg["zero_optimization"]["zenflow"] = dict(zenflow)
         env["LEVER_ZENFLOW_NATIVE"] = "1"
-
-        def prepare_run(*a, **k):   # same accelerate command, the lever wrapper as the entry module
-            folder = orig(*a, **k)
-            cmds = tuple([("benchmarks.lever_train" if x == "cookbook.train" else x) for x in c] for c in folder.commands)
-            folder = dataclasses.replace(folder, commands=cmds)
-            (folder.run_dir / "command.sh").write_text("#!/usr/bin/env bash\n" + folder.command_text + "\n")
-            return folder
-        L.prepare_run = prepare_run
-    try:
+    with (as_entry() if zenflow else contextlib.nullcontext()):
         return L.launch(plan, run_dir, config=cfg, max_steps=steps, lr=lr, warmup_steps=max(1, steps // 20),
                         seed=1234, bf16_states=bf16_states, verify_save="off", final_save=False, force=True,
                         progress=False, env=env), cfg
-    finally:
-        L.prepare_run = orig
 
 
 def run(out: Path, work: Path, *, steps: int = 150, lr: float = 3e-3, world: int = 2, figure: Path | None = None) -> dict:

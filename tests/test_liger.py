@@ -22,9 +22,9 @@ import pytest
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from cookbook import cli  # noqa: E402
-from cookbook.dsconfig import PRESETS, ConfigError, build_config, preset_plan  # noqa: E402
+from cookbook.dsconfig import ConfigError, build_config, preset_plan  # noqa: E402
 from cookbook.lint import lint  # noqa: E402
-from cookbook.plan import Plan, PlanError  # noqa: E402
+from cookbook.plan import Plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA3B = str(ROOT / "benchmarks" / "models" / "llama-3b")
@@ -117,26 +117,6 @@ def test_preset_sets_liger_and_refuses_without():
     assert not preset_plan("zero2-offload", model=LLAMA3B).liger
 
 
-@pytest.fixture(scope="module")
-def ds_dist(tmp_path_factory):
-    """A 1-process gloo group: DeepSpeedConfig reads the mpu's world size only once deepspeed.comm is up."""
-    import torch.distributed as tdist
-    import deepspeed
-    created = False
-    if not tdist.is_initialized():
-        store = tdist.FileStore(str(tmp_path_factory.mktemp("dist") / "store"), 1)
-        tdist.init_process_group("gloo", store=store, rank=0, world_size=1)
-        created = True
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29556"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: os.environ.get(k) or v for k, v in env.items()})
-    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
-    yield
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-    if created:
-        tdist.destroy_process_group()
 
 
 class _MPU:
