@@ -15,7 +15,7 @@ from cookbook.dsconfig import ConfigError, build_config, preset_plan
 from cookbook.memory import estimate
 from cookbook.models import model_spec
 from cookbook.plan import Plan
-from test_dsconfig import _DataParallelMPU, ds_dist  # noqa: F401 - the fixture is used by name
+from test_dsconfig import _DataParallelMPU
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 2 ** 20
