@@ -62,15 +62,32 @@ LIBAIO_PACKAGES = ("sudo apt-get install libaio-dev  (Debian/Ubuntu) · sudo dnf
 
 def on_gpu_machine() -> bool:
     """Whether this machine has an NVIDIA GPU (via NVML; the caller's process never touches CUDA)."""
+    return gpu_count() > 0
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs this process may use: NVML's device count, narrowed by ``CUDA_VISIBLE_DEVICES`` when it is
+    set (NVML itself ignores it); 0 without a driver or library. The caller's process never touches CUDA."""
     try:
         import pynvml
         pynvml.nvmlInit()
         try:
-            return pynvml.nvmlDeviceGetCount() > 0
+            n = pynvml.nvmlDeviceGetCount()
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no driver, no library: no GPU
-        return False
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = min(n, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return n
+
+
+def default_num_processes(num_machines: int = 1) -> int:
+    """``cookbook train/launch``'s default ``--num-processes``: one rank per visible GPU on each machine
+    (:func:`gpu_count` × ``num_machines``, as ``accelerate config`` proposes), else 2 CPU ranks (the rehearsal)."""
+    gpus = gpu_count()
+    return gpus * max(1, num_machines) if gpus else 2
 
 
 def rehearsal() -> bool:

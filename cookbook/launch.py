@@ -859,6 +859,15 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
 
     # 3. pre-launch guard: lint errors and the estimate
     elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
+    if on_gpu and not elsewhere:  # more ranks than GPUs here: each extra rank would die in cuda.set_device
+        from .hardware import gpu_count
+        per_machine, gpus = plan.num_gpus // max(1, plan.num_machines), gpu_count()
+        if per_machine > gpus:
+            return result("config_error", f"--num-processes {plan.num_gpus}"
+                          + (f" over {plan.num_machines} machines ({per_machine} per machine)" if plan.num_machines > 1 else "")
+                          + f": this machine has {gpus} GPU(s) visible, one rank per GPU. Fix: --num-processes "
+                          f"{gpus * max(1, plan.num_machines)} (or leave it out: the default is this machine's GPUs), "
+                          "or make more GPUs visible (CUDA_VISIBLE_DEVICES)", command="")
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
                                      elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing))
@@ -1257,6 +1266,14 @@ def _cli(args) -> int:
             args._lr_source = f"run file {args.run_file}"
     on_gpu = on_gpu_machine()
     rehearsal = is_rehearsal_model(args.model)
+    if args.num_processes is None:  # this machine's GPUs on each machine; 2 CPU ranks for a rehearsal
+        from .hardware import default_num_processes, gpu_count
+        gpus = gpu_count() if on_gpu else 0
+        args.num_processes = default_num_processes(args.num_machines) if gpus else 2
+        if not getattr(args, "quiet", False):
+            print(f"[plan] world size {args.num_processes} (default: "
+                  + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
+                     if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)", flush=True)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
     gc = args.gradient_checkpointing
     if gc is None:

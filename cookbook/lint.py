@@ -1599,9 +1599,10 @@ def _run(args) -> int:
             notes.append(f"world size {world}: from the config, {stated_world[1]} (give --world-size to check "
                          "another)")
         elif mode == "launch":
-            world = _launch_defaults()["num_processes"]
-            notes.append(f"world size {world}: cookbook launch's default --num-processes (the config does not state "
-                         "one; give --world-size N)")
+            from .hardware import default_num_processes
+            world = default_num_processes()
+            notes.append(f"world size {world}: cookbook launch's default --num-processes here (this machine's GPUs; "
+                         "2 CPU ranks without one) — the config does not state one; give --world-size N")
     plan = None
     try:
         if mode == "launch":

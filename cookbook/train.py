@@ -168,8 +168,9 @@ def add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> No
     """The options of `cookbook train` / `cookbook launch`: the training entry's (:func:`add_train_arguments`)
     plus the launcher's (world size, machines, estimate inputs, watchdog); ``--config`` with ``with_config``."""
     add_train_arguments(p)
-    p.add_argument("--num-processes", "--gpus", dest="num_processes", type=int, default=2,
-                   help="world size: ranks over all machines (GPUs, or CPU processes in a rehearsal)")
+    p.add_argument("--num-processes", "--gpus", dest="num_processes", type=int, default=None,
+                   help="world size: ranks over all machines (default: this machine's GPUs × --num-machines; "
+                        "2 CPU processes in a rehearsal)")
     p.add_argument("--num-machines", type=int, default=1, help="machines (each runs num_processes/num_machines ranks)")
     p.add_argument("--main-process-ip", default="127.0.0.1", help="address of machine 0")
     p.add_argument("--main-process-port", type=int, default=None, help="port on machine 0 (default: a free one)")

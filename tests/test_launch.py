@@ -412,3 +412,21 @@ def test_python_caller_plan_is_not_called_a_rehearsal_default(tmp_path, capsys):
     res = launch(plan, tmp_path / "run", dry_run=True, random_weights=True, lr=1e-5, max_steps=2, force=True)
     assert res.status == "dry_run"
     assert "[plan] note" not in capsys.readouterr().out
+
+
+def test_more_ranks_than_gpus_is_refused_before_launch(tmp_path, monkeypatch):
+    """On a 1-GPU box, 2 ranks would die in torch.cuda.set_device ("invalid device ordinal", seen on the H200
+    on 2026-12-01): launch refuses first, naming --num-processes, the GPUs here and the fix. The GPU count is
+    NVML's (patched here: this machine has none); nothing of DeepSpeed is involved before the refusal."""
+    from cookbook import hardware
+    from cookbook import launch as L
+    from cookbook.plan import Plan
+    monkeypatch.setattr(L, "on_gpu_machine", lambda: True)
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 1)
+    res = L.launch(Plan(model="tiny-llama", num_gpus=2, seq_len=64, micro_batch=2, precision="fp32"),
+                   tmp_path / "run", max_steps=2, lr=3e-3)
+    assert res.status == "config_error"
+    assert "--num-processes 2: this machine has 1 GPU(s)" in res.message and "--num-processes 1" in res.message
+    assert hardware.default_num_processes(num_machines=2) == 2   # 1 GPU × 2 machines
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 0)
+    assert hardware.default_num_processes() == 2                 # no GPU: the 2-rank CPU rehearsal
