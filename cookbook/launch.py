@@ -1270,10 +1270,11 @@ def _cli(args) -> int:
         from .hardware import default_num_processes, gpu_count
         gpus = gpu_count() if on_gpu else 0
         args.num_processes = default_num_processes(args.num_machines) if gpus else 2
-        if not getattr(args, "quiet", False):
+        if not getattr(args, "quiet", False):  # under --json on stderr: stdout stays one JSON document
             print(f"[plan] world size {args.num_processes} (default: "
                   + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
-                     if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)", flush=True)
+                     if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)",
+                  file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
     gc = args.gradient_checkpointing
     if gc is None:

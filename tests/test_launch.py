@@ -430,3 +430,14 @@ def test_more_ranks_than_gpus_is_refused_before_launch(tmp_path, monkeypatch):
     assert hardware.default_num_processes(num_machines=2) == 2   # 1 GPU × 2 machines
     monkeypatch.setattr(hardware, "gpu_count", lambda: 0)
     assert hardware.default_num_processes() == 2                 # no GPU: the 2-rank CPU rehearsal
+
+
+def test_default_world_size_note_keeps_json_stdout_clean(tmp_path):
+    """Without --num-processes the CLI says which world size it chose; under --json that note goes to stderr so
+    stdout stays one JSON document (a caller's json.loads(stdout) broke on it once)."""
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "train", "--model", "tiny-llama", "--max-steps", "2",
+                          "--dry-run", "--json", "--output-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    res = json.loads(out.stdout)
+    assert res["status"] == "dry_run", res
+    assert "[plan] world size 2 (default: 2 CPU ranks, the rehearsal" in out.stderr
