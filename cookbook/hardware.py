@@ -127,42 +127,119 @@ def gpu_compute_capability(name: str) -> tuple[int, int] | None:
     return None
 
 
-def hardware_label(result_or_summary=None) -> str:
-    """Where a run ran, for labels: ``CPU rehearsal (2 ranks)`` or ``2 × NVIDIA H200``.
+def hardware_label(result_or_summary=None, *, here: bool = True) -> str:
+    """Where a run ran, for labels: ``CPU rehearsal (2 ranks)``, ``2 × NVIDIA H200`` or, for a run capped
+    with ``--emulate-gpu-memory-gib``, ``1 × NVIDIA H200 capped at 24 GiB``.
 
-    Takes a :class:`~cookbook.launch.RunResult` or its summary dict; a run that left no summary
-    (it failed before the end) is labelled from this machine (:func:`rehearsal`).
+    Takes a :class:`~cookbook.launch.RunResult` or its summary dict. A run that left no summary (it failed
+    before the end, e.g. an out-of-memory at start) is labelled from its plan — the world size of the
+    launch's estimate (``estimate["plan"]["num_gpus"]``) or of its folder (``run.resolved.yaml``, ``run.json``),
+    the device of the estimate (``cuda``/``cpu``), the cap from its folder — and, when ``here`` (the label is made on the
+    machine that ran it, as :func:`cookbook.results.run_record` does), the GPU's name from this machine's NVML;
+    otherwise the GPU is unnamed (``1 × GPU capped at 24 GiB``).
     """
     s = getattr(result_or_summary, "summary", result_or_summary)
     cap = _run_cap_gib(result_or_summary)
+    if isinstance(s, Mapping) and s:
+        device = s.get("device") or "cpu"
+        world = s.get("world_size")
+        if device == "cpu":
+            return f"CPU rehearsal ({world} rank{'s' if world != 1 else ''})" if world else "CPU rehearsal"
+        cap = s.get("gpu_memory_cap_gib") or cap
+        capped = f" capped at {cap:g} GiB" if cap else ""
+        return f"{world} × {device}{capped}" if world else f"{device}{capped}"
     capped = f" capped at {cap:g} GiB" if cap else ""
-    if not isinstance(s, Mapping) or not s:
-        return "CPU rehearsal" if rehearsal() else f"GPU{capped}"
-    device = s.get("device") or "cpu"
-    world = s.get("world_size")
-    if device == "cpu":
+    est = getattr(result_or_summary, "estimate", None)
+    est = est if isinstance(est, Mapping) else {}
+    plan = est.get("plan") if isinstance(est.get("plan"), Mapping) else {}
+    world = plan.get("num_gpus") or _run_options(result_or_summary).get("world_size")
+    device = est.get("device")
+    on_cpu = (device == "cpu") if device in ("cpu", "cuda") else (rehearsal() if here else None)
+    if on_cpu:
         return f"CPU rehearsal ({world} rank{'s' if world != 1 else ''})" if world else "CPU rehearsal"
-    cap = s.get("gpu_memory_cap_gib") or cap
-    capped = f" capped at {cap:g} GiB" if cap else ""
-    return f"{world} × {device}{capped}" if world else f"{device}{capped}"
+    names = _this_gpu_names() if here and on_cpu is False else []
+    name = names[0] if names and len(set(names)) == 1 else "GPU"
+    return f"{world} × {name}{capped}" if world else f"{name}{capped}"
+
+
+def _this_gpu_names() -> list[str]:
+    """Names of this machine's visible GPUs through NVML (empty without a driver); never initialises CUDA."""
+    return [g["name"] for g in nvml_gpus()]
+
+
+def nvml_gpus() -> list[dict]:
+    """This machine's GPUs as NVML sees them: ``name`` and ``memory_gib`` (total, GiB) of each, narrowed by
+    ``CUDA_VISIBLE_DEVICES`` when it lists indices; empty without a driver or library. Never initialises CUDA."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        return []
+    gpus = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            n = pynvml.nvmlDeviceGetName(h)
+            gpus.append({"name": n.decode() if isinstance(n, bytes) else str(n),
+                         "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(h).total / GIB, 1)})
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [d.strip() for d in visible.split(",") if d.strip()]
+        if all(d.lstrip("-").isdigit() for d in ids):  # indices (UUIDs are kept as NVML lists them)
+            keep = []
+            for d in ids:
+                if int(d) < 0:
+                    break
+                keep.append(int(d))
+            gpus = [gpus[i] for i in keep if i < len(gpus)]
+    return gpus
+
+
+def _run_options(result) -> dict:
+    """What a result's run folder says was launched: ``world_size``, ``emulate_gpu_memory_gib``, ``model`` and
+    the batch shape, from ``run.resolved.yaml`` (written by the launch before the run starts, so also for an
+    out-of-memory at model load) and ``run.json`` (written by the run; its ``fingerprint``/``args``). Empty
+    when the folder holds neither."""
+    run_dir = getattr(result, "run_dir", None)
+    if not run_dir:
+        return {}
+    import json
+    out: dict = {}
+    try:
+        import yaml
+        data = yaml.safe_load((Path(run_dir) / "run.resolved.yaml").read_text())
+    except Exception:  # noqa: BLE001 - no file, no yaml, not yaml: nothing from it
+        data = None
+    if isinstance(data, dict):
+        out.update({str(k).replace("-", "_"): v for k, v in data.items()})
+        if data.get("num-processes"):
+            out["world_size"] = data["num-processes"]
+    try:
+        run = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        run = None
+    if isinstance(run, dict):
+        out.update({k: v for k, v in (run.get("args") or {}).items() if v is not None})
+        if (run.get("fingerprint") or {}).get("world_size"):
+            out["world_size"] = run["fingerprint"]["world_size"]
+    return out
 
 
 def _run_cap_gib(result) -> float | None:
     """``--emulate-gpu-memory-gib`` of a run, from its summary or, for a run that left none (an
-    out-of-memory at start), from ``run.json`` in its folder; None when uncapped or unknown."""
+    out-of-memory at start), from its folder (:func:`_run_options`); None when uncapped or unknown."""
     s = getattr(result, "summary", result)
     if isinstance(s, Mapping) and s.get("gpu_memory_cap_gib"):
         return float(s["gpu_memory_cap_gib"])
-    run_dir = getattr(result, "run_dir", None)
-    if run_dir:
-        import json
-        from pathlib import Path
-        try:
-            args = json.loads((Path(run_dir) / "run.json").read_text()).get("args") or {}
-        except (OSError, ValueError):
-            return None
-        return float(args["emulate_gpu_memory_gib"]) if args.get("emulate_gpu_memory_gib") else None
-    return None
+    cap = _run_options(result).get("emulate_gpu_memory_gib")
+    return float(cap) if cap else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,7 +308,7 @@ def terminal_progress(stream=None) -> bool:
 
 
 __all__ = ["GPU_COMPUTE_CAPABILITY", "LIBAIO_PACKAGES", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "free_port",
-           "gpu_compute_capability", "hardware_label", "libaio_present", "on_gpu_machine", "rehearsal",
+           "gpu_compute_capability", "hardware_label", "libaio_present", "nvml_gpus", "on_gpu_machine", "rehearsal",
            "scaled_budget_gib", "terminal_progress", "throughput_ceiling"]
 
 

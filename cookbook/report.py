@@ -4,7 +4,8 @@ whether it fits GPU and host, the throughput measured here and its RTX 4090 proj
 rehearsal's runs (said to be what they are), and each notebook's headline numbers, tables and figures.
 
 It reads what each notebook recorded (:func:`cookbook.results.load_results`); :func:`write_html_report`
-writes the page, :func:`variants_frame` and :func:`same_math` are its comparisons.
+writes the page (headed by :func:`machine_line`: machine, date, versions), :func:`variants_frame` and
+:func:`same_math` are its comparisons.
 
 Units: GiB = 2**30 bytes; tokens/s over the whole world (all ranks).
 """
@@ -21,30 +22,119 @@ from .answers import answers_frame, collapse_repeated
 from .figures import plot_loss, plot_runs
 from .memory import rehearsal_memory_note
 from .reference import reference_frame, reference_notes
-from .results import load_results
-from .tables import MISSING, rounded, tidy_frame
+from .results import complete_record, load_results, loss_pair
+from .tables import MISSING, estimate_check, rounded, run_row, runs_frame, tidy_frame
 
 
-def variants_frame(results: Iterable[Mapping]):
-    """The ZeRO variants side by side, from the notebooks' ``results.json``: one row per recorded run
-    (notebook, run, hardware, status, memory estimate and measurement, throughput, loss)."""
+def variants_frame(results: Iterable[Mapping], *, rehearsal: bool | None = None):
+    """The ZeRO variants side by side, from the notebooks' ``results.json``: one row per recorded run —
+    notebook, then :func:`cookbook.tables.run_row` (hardware, status, world size, loss, tokens/s, MFU, each
+    memory peak beside its estimate with the error and the ±15 % verdict, the record's reason for a miss).
+
+    Args:
+        results: ``results.json`` dicts (None skipped).
+        rehearsal: passed to :func:`~cookbook.tables.tidy_frame` (True labels the empty GPU columns n/a).
+    """
     import pandas as pd
     rows = []
     for res in results:
         if not res:
             continue
         for label, r in (res.get("runs") or {}).items():
-            gpu = r.get("estimate_device") == "cuda"
-            rows.append({
-                "notebook": res.get("notebook"), "run": label, "hardware": r.get("hardware") or "",
-                "status": r.get("status"), "world size": r.get("world_size"),
-                "memory estimate GiB": rounded(r.get("estimate_gpu_gib") if gpu else r.get("estimate_host_gib"), 2),
-                "memory measured GiB": rounded(r.get("peak_gpu_reserved_gib") if gpu else r.get("host_peak_gib"), 2),
-                "memory of": "GPU (per rank)" if gpu else "host (all ranks)",
-                "tokens/s": rounded(r.get("tokens_per_s"), 1),
-                "loss first 5": rounded(r.get("first5_mean_loss"), 3), "loss last 5": rounded(r.get("last5_mean_loss"), 3),
-            })
-    return tidy_frame(pd.DataFrame(rows))
+            rows.append({"notebook": res.get("notebook"), **run_row(label, r)})
+    frame = pd.DataFrame(rows)
+    if len(frame) and "why not within ±15 %" in frame.columns and not any(frame["why not within ±15 %"]):
+        frame = frame.drop(columns="why not within ±15 %")
+    return tidy_frame(frame, rehearsal=rehearsal)
+
+
+def machine_line(results: Iterable[Mapping | None]) -> str:
+    """The report's header sentence (HTML): the machine (GPUs, their cap, host RAM, CPU cores), the date and
+    the versions (Python, torch, transformers, accelerate, DeepSpeed), from the notebooks' ``machine`` records
+    (:func:`cookbook.results.machine_record`, the last one) and their runs (device, ``gpu_memory_cap_gib``).
+    What no record holds is said to be not recorded, never guessed.
+    """
+    results = [r for r in results if r]
+    if not results:
+        return "<b>Machine</b>: nothing recorded."
+    machines = [r["machine"] for r in results if isinstance(r.get("machine"), Mapping)]
+    m = machines[-1] if machines else {}
+    runs = [run for r in results for run in (r.get("runs") or {}).values()]
+    gpu_runs = [run for run in runs if run.get("estimate_device") == "cuda" or run.get("device") not in (None, "cpu")]
+    if m.get("gpus"):
+        names = [g.get("name") for g in m["gpus"]]
+        memory = {g.get("name"): g.get("memory_gib") for g in m["gpus"]}
+        gpu = ", ".join(f"{names.count(n)} × {n} ({memory[n]} GiB)" for n in dict.fromkeys(names))
+    elif gpu_runs:
+        gpu = ", ".join(sorted({run["device"] for run in gpu_runs if run.get("device") not in (None, "cpu")})) \
+            or "GPU (name not recorded)"
+    else:
+        gpu = "no GPU (the CPU rehearsal)" if all(r.get("rehearsal") for r in results) else "GPU (not recorded)"
+    machine = html.escape(gpu)
+    caps = [run.get("gpu_memory_cap_gib") for run in gpu_runs]
+    known = sorted({c for c in caps if c})
+    if known:
+        how = "every GPU run" if all(caps) and len(known) == 1 else f"{sum(1 for c in caps if c)} of {len(caps)} GPU runs"
+        machine += (f", {how} capped at {' / '.join(f'{c:g}' for c in known)} GiB per rank "
+                    "(<code>--emulate-gpu-memory-gib</code>: allocations past the cap raise a real out-of-memory)")
+    machine += "; " + html.escape(f"{m['host_memory_gib']} GiB host RAM" if m.get("host_memory_gib")
+                                  else "host RAM not recorded")
+    if m.get("cpu_cores"):
+        machine += f"; {m['cpu_cores']} CPU cores"
+    # "recorded" is record()'s timestamp, unless a notebook's own field of that name replaced it (00's dict)
+    stamps = [r.get("recorded") if isinstance(r.get("recorded"), str) else (r.get("machine") or {}).get("date")
+              for r in results]
+    dates = sorted({str(d)[:10] for d in stamps if isinstance(d, str) and d})
+    date = (dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}") if dates else (m.get("date") or "not recorded")
+    names = (("Python", "python"), ("torch", "torch"), ("transformers", "transformers"), ("accelerate", "accelerate"),
+             ("DeepSpeed", "deepspeed"))
+    versions = ", ".join(f"{label} {m[key]}" for label, key in names if m.get(key))
+    missing = [label for label, key in names if not m.get(key)]
+    if missing:
+        versions += ("; " if versions else "") + ", ".join(missing) + " not recorded" + (
+            "" if machines else " (these results.json predate the notebooks' machine record)")
+    return f"<b>Machine</b>: {machine}. <b>Date</b>: {html.escape(date)}. <b>Versions</b>: {html.escape(versions)}."
+
+
+def _checked_estimates(rec: Mapping) -> dict:
+    """A record whose ``estimate_gpu_gib`` / ``estimate_host_gib`` are the ones :func:`cookbook.tables.
+    estimate_check` compares (the run's own, reserved basis), so the report's memory figure shows the same
+    estimate as its tables (an older record's ``estimate_gpu_gib`` still counted the CUDA context)."""
+    out = dict(rec)
+    for c in estimate_check(rec):
+        if c["estimate GiB"] is not None and c["quantity"] == "GPU reserved (peak)":
+            out["estimate_gpu_gib"] = c["estimate GiB"]
+        elif c["estimate GiB"] is not None and c["quantity"] == "host RSS (peak)":
+            out["estimate_host_gib"] = c["estimate GiB"]
+    return out
+
+
+#: The columns every runs table (:func:`cookbook.tables.runs_frame`) has had, old and new.
+_RUNS_TABLE_COLUMNS = frozenset({"status", "hardware", "world size", "steps", "tokens/s", "duration s"})
+
+
+def _is_runs_table(records: list, runs: Mapping) -> bool:
+    """Whether a recorded table is the notebook's runs table (one row per run, in order, with the runs
+    table's columns), so the report can show it as :func:`cookbook.tables.runs_frame` makes it now."""
+    if not runs or len(records) != len(runs) or not all(isinstance(r, Mapping) for r in records):
+        return False
+    if not all(_RUNS_TABLE_COLUMNS <= set(r) for r in records):
+        return False
+    return [r.get("status") for r in records] == [r.get("status") for r in runs.values()]
+
+
+def _hardware_of(res: Mapping | None) -> str:
+    """What a notebook ran on, for the Notebooks table: its runs' hardware labels, else the machine record."""
+    if not res:
+        return ""
+    labels = list(dict.fromkeys(str(r.get("hardware")) for r in (res.get("runs") or {}).values() if r.get("hardware")))
+    if labels:
+        return ", ".join(labels)
+    m = res.get("machine") or {}
+    if m.get("gpus"):
+        names = [g.get("name") for g in m["gpus"]]
+        return ", ".join(f"{names.count(n)} × {n}" for n in dict.fromkeys(names))
+    return "CPU rehearsal" if res.get("rehearsal") else "GPU"
 
 
 def same_math(runs: Mapping[str, Mapping]) -> list[str]:
@@ -67,10 +157,13 @@ def same_math(runs: Mapping[str, Mapping]) -> list[str]:
             continue
         curves = [runs[l]["losses"] for l in labels]
         diff = max(abs(a - b) for c in curves[1:] for a, b in zip(curves[0], c))
-        last5 = [sum(c[-5:]) / len(c[-5:]) for c in curves]
-        out.append(f"{', '.join(labels)} ({key[0]}, {key[1]} ranks, {key[6]} steps): ZeRO changes where the states "
+        pairs = [loss_pair(runs[l]) for l in labels]
+        lasts = [p["last"] for p in pairs if p]
+        what = ("last-5-step means" if pairs and pairs[0] and pairs[0]["basis"] == "5-step means"
+                else "last-step losses")
+        out.append(f"{', '.join(labels)} ({key[0]}, {key[1]} rank{'s' if key[1] != 1 else ''}, {key[6]} steps): ZeRO changes where the states "
                    f"live, not the arithmetic — the loss curves differ by at most {diff:.3g} at any step (bf16 "
-                   f"rounding, reduction order) and their last-5-step means lie within {max(last5) - min(last5):.3g}.")
+                   f"rounding, reduction order) and their {what} lie within {max(lasts) - min(lasts):.3g}.")
     return out
 
 
@@ -107,8 +200,12 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     out = Path(output_dir).resolve()
     report = Path(path) if path else out / "report.html"
     results = [load_results(e["output_dir"]) if e.get("output_dir") else None for e in entries]
+    for e, res in zip(entries, results):  # older or moved records: completed from their run folders
+        if res and res.get("runs"):
+            res["runs"] = {label: complete_record(r, e["output_dir"]) for label, r in res["runs"].items()}
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+             f"<p>{machine_line(results)}</p>",
              f"<p>Written {_dt.datetime.now().isoformat(timespec='seconds')} into <code>{html.escape(str(out))}</code>.</p>"]
     # the answers first
     by_name = {e["name"]: res for e, res in zip(entries, results)}
@@ -133,7 +230,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         rows.append({"notebook": e["name"], "status": e.get("status"),
                      "central run": (f"{central.get('run')}: {central.get('status')} (expected {central.get('expected')})"
                                      if central else ""),
-                     "hardware": ("CPU rehearsal" if res.get("rehearsal") else "GPU") if res else "",
+                     "hardware": _hardware_of(res),
                      "target": (res or {}).get("target", ""), "duration s": rounded(e.get("duration_s"), 1),
                      "run-all": f"earlier ({e['earlier_run']})" if e.get("earlier_run") else "this one",
                      "problem": problem})
@@ -141,13 +238,19 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
                  "story rests on did not end as the notebook expected (or none was recorded).</p>"
                  + tidy_frame(pd.DataFrame(rows)).to_html(index=False, escape=True, na_rep=MISSING))
     # GPU evidence first: runs on GPUs here, then the reference measurements
-    vf = variants_frame([r for r in results if r])
-    gpu_rows = vf[~vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
-    cpu_rows = vf[vf["hardware"].astype(str).str.startswith("CPU rehearsal")] if len(vf) else vf
+    gpu_res = [dict(r, runs={k: v for k, v in (r.get("runs") or {}).items()
+                             if not str(v.get("hardware") or "").startswith("CPU rehearsal")}) for r in results if r]
+    cpu_res = [dict(r, runs={k: v for k, v in (r.get("runs") or {}).items()
+                             if str(v.get("hardware") or "").startswith("CPU rehearsal")}) for r in results if r]
+    gpu_rows, cpu_rows = variants_frame(gpu_res, rehearsal=False), variants_frame(cpu_res, rehearsal=True)
+    bar = ("each memory peak per rank as measured (estimate, error = (estimate − measured)/measured, and whether "
+           "it is within ±15 %); the estimate is the run's own for the shape that ran, on the basis of each "
+           "measurement (allocated without the allocator's cache, reserved without the CUDA context)")
     if len(gpu_rows):
-        parts.append("<h2>ZeRO variants side by side — measured here on GPUs</h2><p>Every run the notebooks launched on this machine's GPUs: "
-                     "memory (estimate beside the measured peak per rank), throughput (median step), loss.</p>"
-                     + gpu_rows.to_html(index=False, na_rep=MISSING))
+        parts.append("<h2>ZeRO variants side by side — measured here on GPUs</h2><p>Every run the notebooks launched "
+                     f"on this machine's GPUs: throughput (median step), MFU, {bar}; loss as first → last step under "
+                     "10 steps, else the first and last 5-step means. A miss gives the reason where the run's record "
+                     "shows one.</p>" + gpu_rows.to_html(index=False, na_rep=MISSING))
     ref = reference_frame()
     if len(ref):
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in reference_notes())
@@ -157,7 +260,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         parts.append("<h2>ZeRO variants side by side — the CPU rehearsal's runs (tiny models on CPU ranks: not GPU "
                      "numbers)</h2><p>The same "
                      "notebooks with tiny models of the same architectures: they check that every recipe runs end to "
-                     "end. Memory is the host RSS of all ranks; throughput is a CPU's.</p>"
+                     "end. Memory is the host RSS of all ranks; throughput is a CPU's; GPU columns are n/a.</p>"
                      + cpu_rows.to_html(index=False, na_rep=MISSING))
         cpu = [r for res in results if res and res.get("rehearsal") for r in (res.get("runs") or {}).values()]
         if cpu:
@@ -172,7 +275,8 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         figdir.mkdir(exist_ok=True)
         import matplotlib.pyplot as plt
         for name, fig in (("loss", plot_loss(runs, title="every completed run: loss per step")),
-                          ("memory_throughput", plot_runs(runs, title="every completed run"))):
+                          ("memory_throughput", plot_runs({k: _checked_estimates(r) for k, r in runs.items()},
+                                                          title="every completed run"))):
             fig.savefig(figdir / f"{name}.png", dpi=110, bbox_inches="tight")
             plt.close(fig)
             parts.append(_img_tag(figdir / f"{name}.png" if embed_images else Path("report_figures") / f"{name}.png",
@@ -198,11 +302,15 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             continue
         if res.get("title"):
             parts.append(f"<p><b>{html.escape(res['title'])}</b><br>Targets: {html.escape(res.get('target', ''))}; "
-                         f"this run: {'CPU rehearsal' if res.get('rehearsal') else 'GPU'}.</p>")
+                         f"this run: {html.escape(_hardware_of(res))}.</p>")
         if res.get("headline"):
             parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in res["headline"]) + "</ul>")
         for tname, records in (res.get("tables") or {}).items():
-            if records:
+            if records and _is_runs_table(records, res.get("runs") or {}):
+                # a runs table (tables.runs_frame) as an older cookbook recorded it: rebuilt from the runs' records
+                rebuilt = runs_frame(res["runs"]).reset_index()
+                parts.append(f"<h3>{html.escape(tname)}</h3>" + rebuilt.to_html(index=False, na_rep=MISSING))
+            elif records:
                 frame, lines = collapse_repeated(tidy_frame(pd.DataFrame(records), rehearsal=bool(res.get("rehearsal"))))
                 parts.append(f"<h3>{html.escape(tname)}</h3>"
                              + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
@@ -217,4 +325,4 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     return report
 
 
-__all__ = ["same_math", "variants_frame", "write_html_report"]
+__all__ = ["machine_line", "same_math", "variants_frame", "write_html_report"]

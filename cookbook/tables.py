@@ -2,7 +2,8 @@
 on the CPU rehearsal; and the tables of runs and of batch shapes the notebooks show.
 
 * :func:`tidy_frame` — any pandas DataFrame made ready to show.
-* :func:`runs_frame` — launched runs, one row each: status, hardware, loss, throughput, peaks, estimate.
+* :func:`runs_frame` — launched runs, one row each: status, hardware, loss, throughput, MFU, and each memory
+  peak beside its estimate with the error and the ±15 % verdict (:func:`estimate_check`, :func:`run_row`).
 * :func:`batch_sweep_frame` — estimates over micro batch × sequence length (:func:`cookbook.memory.batch_sweep`).
 
 Units: GiB = 2**30 bytes; tokens/s and samples/s over the whole world (all ranks).
@@ -11,12 +12,118 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .results import as_record
+from .results import as_record, loss_pair
+
+
+#: The issue-17 bar: an estimate within this many percent of the measurement, ``|estimate − measured| /
+#: measured``, is "within".
+ESTIMATE_BAR_PCT = 15.0
+
+#: The quantities checked for every completed run: name in ``estimate_vs_measured`` (:func:`cookbook.memory.
+#: compare`), the record's measured key, its estimate key when the run kept no comparison, and the column.
+_CHECKED = (("GPU allocated (peak)", "peak_gpu_allocated_gib", "estimate_gpu_allocated_gib", "peak GPU allocated"),
+            ("GPU reserved (peak)", "peak_gpu_reserved_gib", "estimate_gpu_gib", "peak GPU reserved"),
+            ("host RSS (peak)", "host_peak_gib", "estimate_host_gib", "peak host"))
+
+
+def estimate_check(run) -> list[dict]:
+    """Each memory peak of a run beside its estimate, the error and whether it is within ±15 %.
+
+    The estimate is the run's own (``summary.json``'s ``estimate_vs_measured``: the estimator for the batch
+    shape that ran, on the basis of each measurement — allocated without the allocator's cache and the CUDA
+    context, reserved without the CUDA context, :func:`cookbook.memory.compare`); a record without it falls
+    back to the launch's estimate on the same bases (``estimate_gpu_allocated_gib``, ``estimate_gpu_gib``,
+    ``estimate_host_gib`` of :func:`~cookbook.results.run_record`). The numbers are the comparison's as stored
+    (GiB to 3 decimals, error % to 1), so every table shows the same ones. GPU rows only for a GPU run.
+
+    ``why`` holds a reason for a miss only where the record itself shows one, else None:
+
+    * host: the largest host RSS at the end of a step (``host_rss_steps_max_gib``, rank 0's; used on one
+      rank only, where it is the machine's) is within the bar and below the peak — the peak came outside the
+      steps' samples (and the run saved and reloaded its 16-bit model after its last step, when it did);
+    * GPU reserved: allocated is within the bar — the miss is the allocator's cache, measured reserved −
+      allocated beside the estimate's.
+
+    Args:
+        run: a :class:`~cookbook.launch.RunResult` or :func:`~cookbook.results.run_record` dict.
+
+    Returns:
+        one dict per quantity that was measured: ``quantity``, ``measured GiB``, ``estimate GiB``,
+        ``error %`` (``100·(estimate − measured)/measured``; positive = the estimate is on the safe side),
+        ``within`` (bool, None without an estimate), ``why``. Empty for a run that measured nothing.
+    """
+    r = as_record(run)
+    stored = {e.get("quantity"): e for e in (r.get("estimate_vs_measured") or []) if isinstance(e, Mapping)}
+    gpu_run = r.get("estimate_device") == "cuda" or r.get("device") not in (None, "cpu")
+    rows = []
+    for quantity, meas_key, est_key, _ in _CHECKED:
+        if quantity.startswith("GPU") and not gpu_run:
+            continue
+        e = stored.get(quantity) or {}
+        meas = e.get("measured GiB") if e.get("measured GiB") is not None else r.get(meas_key)
+        if meas is None:
+            continue
+        est = e.get("estimate GiB") if e else r.get(est_key)
+        err = e.get("error %") if e.get("error %") is not None else (
+            round(100.0 * (est - meas) / meas, 1) if est is not None and meas else None)
+        rows.append({"quantity": quantity, "measured GiB": float(meas), "estimate GiB": None if est is None else float(est),
+                     "error %": err, "within": None if err is None else abs(err) <= ESTIMATE_BAR_PCT, "why": None})
+    by = {row["quantity"]: row for row in rows}
+    host, alloc, res = by.get("host RSS (peak)"), by.get("GPU allocated (peak)"), by.get("GPU reserved (peak)")
+    steps_rss = r.get("host_rss_steps_max_gib")
+    if host and host["within"] is False and host["estimate GiB"] and steps_rss and r.get("world_size") == 1 \
+            and steps_rss < host["measured GiB"]:
+        err = 100.0 * (host["estimate GiB"] - steps_rss) / steps_rss
+        if abs(err) <= ESTIMATE_BAR_PCT:
+            saved = isinstance(r.get("save_verification"), Mapping)
+            host["why"] = (f"during the steps the host RSS was at most {steps_rss:.2f} GiB ({err:+.0f} %, within); the "
+                           f"peak {host['measured GiB']:.2f} GiB came outside the steps' samples"
+                           + (" — this run saved and reloaded its 16-bit model after its last step" if saved else ""))
+    if res and res["within"] is False and alloc and alloc["within"] and res["estimate GiB"] is not None \
+            and alloc["estimate GiB"] is not None:
+        res["why"] = (f"allocated is within ({alloc['error %']:+.0f} %): the miss is the allocator's cache, "
+                      f"reserved − allocated {res['measured GiB'] - alloc['measured GiB']:.2f} GiB measured, "
+                      f"{res['estimate GiB'] - alloc['estimate GiB']:.2f} GiB estimated")
+    return rows
+
+
+def check_cell(row: Mapping | None) -> str | None:
+    """One :func:`estimate_check` row as a table cell: ``6.74 (est 4.63, -31 %, no)``; ``within``/``no`` is
+    the ±15 % bar. None for no row (a quantity not measured)."""
+    if not row:
+        return None
+    if row.get("estimate GiB") is None:
+        return f"{row['measured GiB']:.2f} (no estimate)"
+    return (f"{row['measured GiB']:.2f} (est {row['estimate GiB']:.2f}, {row['error %']:+.0f} %, "
+            f"{'within' if row['within'] else 'no'})")
+
+
+def run_row(label: str, run) -> dict:
+    """One run as a table row (what :func:`runs_frame` shows): ``run``, ``status``, ``hardware``, ``world
+    size``, ``steps``, ``loss`` (:func:`~cookbook.results.loss_pair`: ``first → last`` step under 10 steps,
+    else the first and last 5-step means; the basis in brackets), ``tokens/s``, ``step s``, ``MFU %``, each
+    memory peak as :func:`check_cell` (measured, the estimate, the error and the ±15 % verdict:
+    :func:`estimate_check`), ``why not within ±15 %`` (the record's reasons, else empty) and ``duration s``."""
+    r = as_record(run)
+    pair = loss_pair(r)
+    checks = {row["quantity"]: row for row in estimate_check(r)}
+    row = {"run": label, "status": r.get("status"), "hardware": r.get("hardware"),
+           "world size": r.get("world_size"), "steps": r.get("steps"),
+           "loss": (f"{pair['first']:.3f} → {pair['last']:.3f} ({pair['basis']})" if pair else None),
+           "tokens/s": rounded(r.get("tokens_per_s"), 1), "step s": rounded(r.get("step_time_s"), 3),
+           "MFU %": rounded(100 * r["mfu"], 2) if r.get("mfu") is not None else None}
+    for quantity, _, _, column in _CHECKED:
+        row[f"{column} GiB (estimate, error, ±{ESTIMATE_BAR_PCT:g} %)"] = check_cell(checks.get(quantity))
+    whys = [f"{q.split(' (')[0]}: {c['why']}" for q, c in checks.items() if c.get("why")]
+    row["why not within ±15 %"] = "; ".join(whys)
+    row["duration s"] = r.get("duration_s")
+    return row
 
 
 def runs_frame(runs: Mapping[str, Any]):
-    """One row per run: status, hardware, world size, steps, loss (first 5 → last 5 mean), throughput,
-    measured peaks and the estimate.
+    """One row per run (:func:`run_row`): status, hardware, world size, steps, loss, tokens/s, step time, MFU,
+    and each memory peak with its estimate, error and ±15 % verdict. The ``why`` column is left out when no
+    run has a reason; on the CPU rehearsal the GPU columns are labelled n/a (:func:`tidy_frame`).
 
     Args:
         runs: label -> :class:`~cookbook.launch.RunResult` or :func:`run_record` dict.
@@ -25,25 +132,13 @@ def runs_frame(runs: Mapping[str, Any]):
         a pandas DataFrame indexed by ``run``.
     """
     import pandas as pd
-    rows = []
-    for label, run in runs.items():
-        r = as_record(run)
-        rows.append({
-            "run": label, "status": r.get("status"), "hardware": r.get("hardware"),
-            "world size": r.get("world_size"), "steps": r.get("steps"),
-            "loss first 5": rounded(r.get("first5_mean_loss"), 3), "loss last 5": rounded(r.get("last5_mean_loss"), 3),
-            "tokens/s": rounded(r.get("tokens_per_s"), 1), "samples/s": rounded(r.get("samples_per_s"), 2),
-            "step s": rounded(r.get("step_time_s"), 3),
-            "MFU %": rounded(100 * r["mfu"], 2) if r.get("mfu") is not None else None,
-            "peak GPU allocated GiB": rounded(r.get("peak_gpu_allocated_gib"), 2),
-            "peak GPU reserved GiB": rounded(r.get("peak_gpu_reserved_gib"), 2),
-            "peak host GiB": rounded(r.get("host_peak_gib"), 2),
-            "estimate GPU reserved GiB": (rounded(r.get("estimate_gpu_gib"), 2)
-                                          if r.get("estimate_device") == "cuda" else None),
-            "estimate host GiB": rounded(r.get("estimate_host_gib"), 2),
-            "duration s": r.get("duration_s"),
-        })
-    return tidy_frame(pd.DataFrame(rows).set_index("run")) if rows else pd.DataFrame()
+    rows = [run_row(label, run) for label, run in runs.items()]
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows).set_index("run")
+    if not any(frame["why not within ±15 %"]):
+        frame = frame.drop(columns="why not within ±15 %")
+    return tidy_frame(frame)
 
 
 def rounded(v, n: int):
@@ -137,4 +232,5 @@ def batch_sweep_frame(estimates):
     return pd.DataFrame(rows)
 
 
-__all__ = ["CPU_NA", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "rounded", "runs_frame", "tidy_frame"]
+__all__ = ["CPU_NA", "ESTIMATE_BAR_PCT", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "check_cell", "estimate_check",
+           "rounded", "run_row", "runs_frame", "tidy_frame"]

@@ -237,7 +237,10 @@ def test_record_writes_results_and_figures(tmp_path):
     assert r["loss_fell"] and r["losses"] == [7.6, 5.4] and r["hardware"] == "CPU rehearsal (2 ranks)"
     assert r["details"]["traceback_tail"] == "a\nb\nc" and "traceback" not in r["details"]
     frame = tables.runs_frame({"ZeRO-2": r})
-    assert frame.loc["ZeRO-2", "loss last 5"] == 5.5 and frame.loc["ZeRO-2", "estimate host GiB"] == 1.1
+    # 2 steps: the first and last step's loss (the 5-step means would overlap); host 1.2 measured, 1.1
+    # estimated: (1.1 - 1.2) / 1.2 = -8.3 %, within ±15 %
+    assert frame.loc["ZeRO-2", "loss"] == "7.600 → 5.400 (step 1 → step 2)"
+    assert frame.loc["ZeRO-2", "peak host GiB (estimate, error, ±15 %)"] == "1.20 (est 1.10, -8 %, within)"
     sweep = tables.batch_sweep_frame(memory.batch_sweep(Plan(model="tiny-qwen2", num_gpus=2), (1,), (64,)))
     from cookbook import dsconfig
     change = dsconfig.diff({"a": 1}, {"a": 2})  # anything with to_frame() is kept as its frame's records
@@ -261,7 +264,8 @@ def test_record_writes_results_and_figures(tmp_path):
     assert "ZeRO variants side by side" in text and "data:image/png;base64," in text and "h1" in text
     # CPU rehearsal: world size an integer, GPU-only columns labelled once in the header, no raw None
     assert frame.loc["ZeRO-2", "world size"] == 2 and isinstance(frame.loc["ZeRO-2", "world size"], int)
-    assert "peak GPU reserved GiB — n/a (CPU)" in frame.columns and frame.loc["ZeRO-2", "steps"] == "—"
+    assert "peak GPU reserved GiB (estimate, error, ±15 %) — n/a (CPU)" in frame.columns
+    assert frame.loc["ZeRO-2", "steps"] == "—" and "why not within ±15 %" not in frame.columns
     assert "<td>None</td>" not in text and "<td>2.0</td>" not in text and "<td>2</td>" in text
     assert "n/a (CPU)" in text and "0.55 GiB per rank" in text   # why the rehearsal's variants measure alike
 
@@ -358,7 +362,12 @@ def test_same_math_compares_runs_that_differ_only_in_zero_variant():
     (sentence,) = report.same_math(runs)
     assert sentence.startswith("a, b (tiny-qwen2, 2 ranks, 3 steps)")
     assert "at most 0.25 at any step" in sentence  # |6.0 - 6.25|
-    assert "within 0.117" in sentence  # last-5 means (here all 3 steps): 6.0 and 6.1167
+    # 3 steps: the last step's losses, 5.0 and 5.1 (5-step means would be means of the same 3 steps)
+    assert "their last-step losses lie within 0.1." in sentence
+    long = {k: dict(v, steps=10, losses=[8.0] * 5 + v["losses"] + [v["losses"][-1]] * 2) for k, v in runs.items()}
+    (sentence,) = report.same_math(long)
+    # 10 steps: the last-5 means, (7 + 6 + 5 + 5 + 5)/5 = 5.6 and (7 + 6.25 + 3·5.1)/5 = 5.71
+    assert "their last-5-step means lie within 0.11." in sentence
 
 
 # ----------------------------------------------------------------------------------------------
