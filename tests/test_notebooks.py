@@ -105,6 +105,24 @@ def test_a_notebook_edited_and_saved_in_jupyterlab_is_cleaned_back_to_source(tmp
     assert saved.read_text() != original
 
 
+def test_reference_notes_printed_by_01_to_03_are_readable_lines(tmp_path):
+    # 01-03 print reference.reference_notes(): a not_run record is one line, not a Python dict; the same
+    # name from two device calls is one line with both reasons
+    from cookbook import reference
+    (tmp_path / "levers.json").write_text(json.dumps({"what": "levers", "runs": [{"status": "ok"}], "not_run": [
+        {"name": "trainer-article", "why": "time ran out (-8 s left)", "note": "HF Trainer + the article's config"},
+        {"name": "bind", "why": "time ran out (-8 s left)"},
+        {"name": "trainer-article", "why": "time ran out (71 s left)", "note": "HF Trainer + the article's config"},
+        "LLaMA-7B ladder (device time)"]}))
+    notes = reference.reference_notes(tmp_path)
+    assert notes == ["levers.json: levers",
+                     "levers.json: not run: trainer-article — HF Trainer + the article's config: time ran out "
+                     "(-8 s left); time ran out (71 s left)",
+                     "levers.json: not run: bind: time ran out (-8 s left)",
+                     "levers.json: not run: LLaMA-7B ladder (device time)"]
+    assert not any("{" in n or "'name'" in n for n in reference.reference_notes())  # the shipped files too
+
+
 # ----------------------------------------------------------------------------------------------
 # cookbook run-all, end to end, once
 
