@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,15 @@ GIB = 2 ** 30
 SECONDARY = re.compile(r"ChildFailedError|SignalException|Connection closed by peer|Connection reset by peer|"
                        r"DistBackendError|ProcessGroupGloo|NCCL communicator was aborted|KeyboardInterrupt|"
                        r"Broken pipe|connection refused|Socket Timeout|recvBytes|SIGTERM", re.I)
+
+
+def _readable(value):
+    """A details value as one line for the result card: a dict as ``key=value, ...``, a list item by item."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_readable(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "; ".join(str(_readable(v)) for v in value)
+    return value
 
 
 class LaunchError(RuntimeError):
@@ -124,7 +134,7 @@ class RunResult:
             rows.append(("measured", "nothing: the run ended before it wrote its summary (steps, loss, throughput, "
                                      "peaks); the message says why"))
         rows.append(("run_dir", self.run_dir))
-        rows += [(k, v) for k, v in self.details.items() if k not in ("traceback", "inputs") and v is not None]
+        rows += [(k, _readable(v)) for k, v in self.details.items() if k not in ("traceback", "inputs") and v is not None]
         return pd.DataFrame(rows, columns=["field", "value"]).set_index("field")
 
     def _repr_html_(self) -> str:

@@ -495,10 +495,12 @@ def test_oom_advice_in_the_cpu_rehearsal_does_not_offer_batch_levers(tmp_path):
 def test_result_card_of_an_oom_shows_the_planned_world_size_and_no_none(tmp_path):
     from cookbook.launch import RunResult
     r = RunResult(status="gpu_oom", message="rank 0 ran out of GPU memory", run_dir=str(tmp_path), command="x",
-                  returncode=1, summary=None, details={"rank": 0, "tried_to_allocate_gib": 0.13, "signal": None},
+                  returncode=1, summary=None, details={"rank": 0, "tried_to_allocate_gib": 0.13, "signal": None,
+                                                       "env_added": {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "16"}},
                   world_size=8)
     frame = r.to_frame()
     assert frame.loc["world_size", "value"] == 8
+    assert frame.loc["env_added", "value"] == "HF_HUB_OFFLINE=1, OMP_NUM_THREADS=16"  # a line, not a dict
     assert "steps" not in frame.index and "tokens_per_s" not in frame.index and "signal" not in frame.index
     assert frame.loc["measured", "value"].startswith("nothing: the run ended before it wrote its summary")
     html = r._repr_html_()
