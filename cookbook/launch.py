@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,15 @@ SECONDARY = re.compile(r"ChildFailedError|SignalException|Connection closed by p
                        r"Broken pipe|connection refused|Socket Timeout|recvBytes|SIGTERM", re.I)
 
 
+def _readable(value):
+    """A details value as one line for the result card: a dict as ``key=value, ...``, a list item by item."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_readable(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "; ".join(str(_readable(v)) for v in value)
+    return value
+
+
 class LaunchError(RuntimeError):
     """Raised by :meth:`RunResult.raise_for_status` (and by :func:`launch` with ``raise_on_error``)."""
 
@@ -79,6 +89,8 @@ class RunResult:
         log_paths: ``launcher`` and ``rank{N}`` -> path. findings: lint findings (dicts).
         estimate: the memory estimate (``MemoryEstimate.to_dict()``) or None.
         details: status specifics: ``rank``, ``tried_to_allocate_gib``, ``traceback``, ``signal``, ...
+        world_size: the ranks the plan launched (or would have), known before the run: a run that ended
+            before writing its summary (an out-of-memory at start) still has it. None when no plan was read.
     """
 
     status: str
@@ -93,6 +105,7 @@ class RunResult:
     findings: list = field(default_factory=list)
     estimate: dict | None = None
     details: dict = field(default_factory=dict)
+    world_size: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,16 +116,25 @@ class RunResult:
         return pd.DataFrame(self.metrics)
 
     def to_frame(self):
-        """One row per fact of the result (status, message, duration, throughput, peaks, loss)."""
+        """One row per fact of the result (status, message, duration, world size, throughput, peaks, loss).
+
+        The world size comes from the summary, else from the plan (:attr:`world_size`). A measurement the run
+        did not make is left out, not shown as None; a run that wrote no summary gets one ``measured`` row
+        saying so."""
         import pandas as pd
         s = self.summary or {}
-        rows = [("status", self.status), ("message", self.message), ("duration_s", round(self.duration_s, 1)),
-                ("world_size", s.get("world_size")), ("steps", s.get("steps")),
-                ("first_loss", s.get("first_loss")), ("last_loss", s.get("last_loss")),
-                ("tokens_per_s", s.get("tokens_per_s")), ("peak_gpu_allocated_gib", s.get("peak_gpu_allocated_gib")),
-                ("peak_gpu_reserved_gib", s.get("peak_gpu_reserved_gib")), ("host_peak_gib", s.get("host_peak_gib")),
-                ("run_dir", self.run_dir)]
-        rows += [(k, v) for k, v in self.details.items() if k not in ("traceback", "inputs")]
+        world = s.get("world_size") if s.get("world_size") is not None else self.world_size
+        rows = [("status", self.status), ("message", self.message), ("duration_s", round(self.duration_s, 1))]
+        if world is not None:
+            rows.append(("world_size", world))
+        measured = [(k, s.get(k)) for k in ("steps", "first_loss", "last_loss", "tokens_per_s",
+                                            "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib")]
+        rows += [(k, v) for k, v in measured if v is not None]
+        if not self.summary and (self.returncode is not None or self.status in ("hang", "interrupted", "stopped")):
+            rows.append(("measured", "nothing: the run ended before it wrote its summary (steps, loss, throughput, "
+                                     "peaks); the message says why"))
+        rows.append(("run_dir", self.run_dir))
+        rows += [(k, _readable(v)) for k, v in self.details.items() if k not in ("traceback", "inputs") and v is not None]
         return pd.DataFrame(rows, columns=["field", "value"]).set_index("field")
 
     def _repr_html_(self) -> str:
@@ -449,9 +471,72 @@ def _exception_line(tb: str) -> str:
     return tb.strip().splitlines()[-1] if tb.strip() else ""
 
 
+def oom_advice(plan: Plan | None, *, on_gpu: bool = True) -> str:
+    """What to change after a GPU out-of-memory, true for ``plan`` (the run as launched), naming the flags.
+
+    The ZeRO ladder from where the run stands (``--zero-stage`` below 3: the next stage, then
+    ``--offload-optimizer cpu``, then ``--offload-param cpu``; ZeRO-3: the offload it does not use yet,
+    optimizer states first; both offloaded: the ladder's end), then the activation levers it has left:
+    a smaller ``--micro-batch`` (with a larger ``--grad-accum`` keeping the global batch) only when the
+    micro batch is above 1, ``--gradient-checkpointing`` only when it is off. A lever already used up is
+    said to be so, not advised. ``plan`` None (no plan known): the levers in general. ``on_gpu`` False (the
+    CPU rehearsal, whose device budget counts model states only: :func:`cookbook.train.check_device_budget`):
+    the batch levers are said not to change that budget.
+    """
+    if plan is None:
+        return ("Lower the GPU memory per rank: a higher --zero-stage, --offload-optimizer cpu, --offload-param cpu, "
+                "a smaller --micro-batch or --gradient-checkpointing.")
+    stage, opt, par = plan.zero_stage, plan.offload_optimizer, plan.offload_param
+    offloads = (["--offload-optimizer cpu"] if opt == "none" else []) + (["--offload-param cpu"] if par == "none" else [])
+    if stage < 3 and plan.world_size == 1:
+        ladder = ("One rank: ZeRO partitions across ranks, so here a higher --zero-stage alone saves at most the "
+                  "16-bit gradients (2 bytes per parameter); next: "
+                  + ("--offload-optimizer cpu (the optimizer states to host RAM), then " if opt == "none" else "")
+                  + "--zero-stage 3 with --offload-param cpu (the 16-bit parameters too)")
+    elif stage < 3:
+        nxt = "2 (partitions the gradients too), then 3 (the 16-bit parameters too)" if stage < 2 else \
+            "3 (partitions the 16-bit parameters too: ZeRO-2 keeps a full copy on every rank)"
+        ladder = f"Next ZeRO step: --zero-stage {nxt}" + ("; after that " + ", then ".join(offloads) if offloads else "")
+    elif opt == "none":
+        ladder = ("Already ZeRO-3; next: --offload-optimizer cpu (the fp32 master weights, Adam states and fp32 "
+                  "gradients to host RAM)" + (", then --offload-param cpu (the 16-bit parameters too)" if par == "none" else ""))
+    elif par == "none":
+        ladder = (f"Already ZeRO-3 with --offload-optimizer {opt}; next: --offload-param cpu (the 16-bit parameters "
+                  "to host RAM too)")
+    else:
+        ladder = (f"ZeRO's ladder is at its end (ZeRO-3, --offload-optimizer {opt}, --offload-param {par}): what "
+                  "stays on the GPU is the gathered layers, the buckets and the activations; lower "
+                  "stage3_prefetch_bucket_size / stage3_max_live_parameters in the DeepSpeed config, a shorter "
+                  "--seq-len, or a GPU with more memory")
+    if not on_gpu:
+        return (ladder + ". The CPU rehearsal's device budget counts model states only, so --micro-batch and "
+                "--gradient-checkpointing do not change it.")
+    levers, used = [], []
+    mb, ga = plan.micro_batch, plan.grad_accum
+    if mb > 1:
+        new_mb = mb // 2 if mb % 2 == 0 else 1
+        levers.append(f"--micro-batch {new_mb} with --grad-accum {ga * mb // new_mb} (the same global batch, "
+                      "fewer activations)")
+    else:
+        used.append("--micro-batch is already 1")
+    if not plan.gradient_checkpointing:
+        levers.append("--gradient-checkpointing (recompute activations in backward: far less activation memory, "
+                      "about 1/3 more compute)")
+    else:
+        used.append("--gradient-checkpointing is already on")
+    text = ladder + "."
+    if levers:
+        text += " For the activations: " + "; ".join(levers) + "."
+    if used:
+        text += " " + " and ".join(used) + (": the batch levers are used up." if not levers else ".")
+    return text
+
+
 def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: float,
-             estimate: dict | None) -> tuple[str, str, dict]:
-    """(status, message, details) of a finished launch, from its logs and summary."""
+             estimate: dict | None, plan: Plan | None = None, on_gpu: bool | None = None) -> tuple[str, str, dict]:
+    """(status, message, details) of a finished launch, from its logs and summary; ``plan`` (the run as
+    launched) makes an out-of-memory's advice true for it (:func:`oom_advice`); ``on_gpu`` None: a GPU run
+    unless the rank's error is the CPU rehearsal's device budget."""
     logs = run_dir / "logs"
     rank_logs = sorted(logs.glob("rank*.log"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
     launcher = _tail(logs / "launcher.log")
@@ -481,8 +566,7 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
             size = (f"{gib:.2f} GiB" if gib >= 0.1 else f"{gib * 1024:.2f} MiB") if gib is not None else None
             msg = (f"rank {rank} ran out of GPU memory" + (f" trying to allocate {size}" if size else "")
                    + (f"; the estimate was {gpu_est:.1f} GiB per GPU" if gpu_est else "")
-                   + ". Move to the next ZeRO step (stage 3, then optimizer and parameter offload), lower the "
-                     "micro batch or turn on gradient checkpointing.")
+                   + ". " + oom_advice(plan, on_gpu=("CPU rehearsal of a" not in text) if on_gpu is None else on_gpu))
             return "gpu_oom", msg, {"rank": rank, "tried_to_allocate_gib": gib, "estimate_gpu_gib": gpu_est,
                                     "traceback": tb}
     killed = re.search(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,2}?[^\n]*exitcode\s*:\s*-9", launcher)
@@ -706,6 +790,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if resolution is not None and resolution.rows:
             kw["details"] = dict(kw.get("details") or {}, filled=[
                 {"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows])
+        kw.setdefault("world_size", plan.world_size if isinstance(plan, Plan) else None)
         r = RunResult(status=status, message=message, run_dir=str(run_dir), duration_s=time.time() - t_start, **kw)
         if raise_on_error:
             r.raise_for_status()
@@ -938,7 +1023,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     if ended_by:
         status, message, details = ended_by, _ended_message(run_dir, ended_by), {}
     else:
-        status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est)
+        status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est, plan, on_gpu)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     metrics_path = run_dir / "metrics.jsonl"

@@ -135,7 +135,11 @@ def reference_projection(notebook: str, num_params: int | None = None,
 
 def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
     """What each reference file says about itself: its ``what`` line and each ``not_run`` entry
-    (what could not be measured, and why), prefixed with the file name; [] when there are none."""
+    (what could not be measured, and why), prefixed with the file name; [] when there are none.
+
+    A ``not_run`` entry is a sentence, or a record ``{"name", "why", "note"}`` written as one line
+    (``not run: NAME — NOTE: WHY``); records of the same name (one per device call) become one line
+    with their reasons joined by ``; ``."""
     folder = Path(directory) if directory else REFERENCE_DIR
     notes = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -146,8 +150,25 @@ def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
         if isinstance(data, Mapping) and _records_of(data):
             if data.get("what"):
                 notes.append(f"{path.name}: {data['what']}")
-            notes += [f"{path.name}: not run: {n}" for n in data.get("not_run") or []]
+            notes += [f"{path.name}: not run: {line}" for line in _not_run_lines(data.get("not_run") or [])]
     return notes
+
+
+def _not_run_lines(entries) -> list[str]:
+    """``not_run`` entries as readable lines, in order, records of one name merged (see :func:`reference_notes`)."""
+    lines: dict[str, list] = {}  # name (or the sentence itself) -> [note, [reasons]]
+    for n in entries:
+        if isinstance(n, Mapping) and n.get("name"):
+            entry = lines.setdefault(str(n["name"]), [n.get("note"), []])
+            why = n.get("why")
+            if why and str(why) not in entry[1]:
+                entry[1].append(str(why))
+        else:
+            lines.setdefault(str(n), [None, []])
+    out = []
+    for name, (note, whys) in lines.items():
+        out.append(name + (f" — {note}" if note else "") + (f": {'; '.join(whys)}" if whys else ""))
+    return out
 
 
 def _pick(record: Mapping, *keys):

@@ -69,6 +69,8 @@ def test_estimate_over_memory_refused_unless_forced(tmp_path):
     res = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False)
     assert res.status == "config_error" and "host RAM" in res.message and "--force" in res.message
     assert not (Path(res.run_dir) / "logs").exists()
+    assert res.world_size == 2 and res.to_frame().loc["world_size", "value"] == 2  # the plan's, no summary
+    assert "measured" not in res.to_frame().index  # nothing was launched: no "ended before its summary" row
     # a dry run writes the commands for another machine: the numbers become a note, not a refusal
     dry = launch(plan(host_memory_gib=0.01), tmp_path / "run", progress=False, dry_run=True)
     assert dry.status == "dry_run" and "host RAM" in dry.message
@@ -262,6 +264,7 @@ def test_real_child_deaths_are_classified(tmp_path, fault, status):
     assert time.time() - t0 < 180
     if status == "gpu_oom":
         assert res.details["rank"] == 1 and res.details["tried_to_allocate_gib"] == pytest.approx(20.0)
+        assert "--zero-stage 3" in res.message and res.world_size == 2  # the advice is the plan's (ZeRO-2, 2 ranks)
     if status == "host_oom":
         assert res.details["rank"] == 0 and "OOM killer" in res.message
     if status == "failed":
@@ -441,3 +444,80 @@ def test_default_world_size_note_keeps_json_stdout_clean(tmp_path):
     res = json.loads(out.stdout)
     assert res["status"] == "dry_run", res
     assert "[plan] world size 2 (default: 2 CPU ranks, the rehearsal" in out.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# the out-of-memory message: advice true for the run (issue 17), built without DeepSpeed
+
+def _oom_logs(tmp_path, text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.73 GiB. GPU 0 has a "
+                             "total capacity of 24.00 GiB of which 1.25 GiB is free."):
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "rank0.log").write_text("Traceback (most recent call last):\n  File \"x\", line 1\n" + text + "\n")
+    (logs / "launcher.log").write_text("")
+    return tmp_path
+
+
+def _oom_message(tmp_path, on_gpu=True, **kw):
+    p = Plan(model="qwen2-14b-share8", seq_len=512, **{"num_gpus": 1, "micro_batch": 1, "grad_accum": 4, **kw})
+    status, message, details = classify(_oom_logs(tmp_path), 1, False, 10, {"gpu_gib": {"total": 32.8}}, p, on_gpu)
+    assert status == "gpu_oom" and details["tried_to_allocate_gib"] == pytest.approx(3.73)
+    assert message.startswith("rank 0 ran out of GPU memory trying to allocate 3.73 GiB; the estimate was 32.8 GiB")
+    return message
+
+
+def test_oom_advice_for_zero3_is_offload_not_the_next_stage(tmp_path):
+    msg = _oom_message(tmp_path, zero_stage=3)  # 03 on one GPU: ZeRO-3, micro batch 1, checkpointing on
+    assert "--zero-stage" not in msg and "stage 3" not in msg
+    assert msg.index("--offload-optimizer cpu") < msg.index("--offload-param cpu")  # optimizer first
+    assert "--micro-batch is already 1" in msg and "--gradient-checkpointing is already on" in msg
+    assert "--micro-batch 0" not in msg and "lower the micro batch" not in msg.lower()
+    msg = _oom_message(tmp_path, zero_stage=3, offload_optimizer="cpu")
+    assert "--offload-param cpu" in msg and "next: --offload-optimizer" not in msg
+    msg = _oom_message(tmp_path, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    assert "next:" not in msg and "ladder is at its end" in msg
+
+
+def test_oom_advice_for_zero2_names_the_next_stage_and_the_batch_levers_left(tmp_path):
+    # 8 ranks, micro batch 4, no checkpointing: every lever is open; the global batch 4 × 2 is kept at 2 × 4
+    msg = _oom_message(tmp_path, zero_stage=2, num_gpus=8, micro_batch=4, grad_accum=2, gradient_checkpointing=False)
+    assert "--zero-stage 3" in msg and msg.index("--zero-stage 3") < msg.index("--offload-optimizer cpu") \
+        < msg.index("--offload-param cpu")
+    assert "--micro-batch 2 with --grad-accum 4" in msg
+    assert "--gradient-checkpointing (" in msg and "already" not in msg
+    # an odd micro batch goes to 1, accumulation × 3 keeps the global batch
+    assert "--micro-batch 1 with --grad-accum 6" in _oom_message(tmp_path, zero_stage=2, num_gpus=8, micro_batch=3,
+                                                                 grad_accum=2)
+
+
+def test_oom_advice_on_one_rank_says_a_stage_alone_barely_helps(tmp_path):
+    msg = _oom_message(tmp_path, zero_stage=2)  # 02 on one GPU
+    assert "One rank" in msg and "Next ZeRO step" not in msg
+    assert msg.index("--offload-optimizer cpu") < msg.index("--zero-stage 3 with --offload-param cpu")
+    assert "the batch levers are used up" in msg
+
+
+def test_oom_advice_in_the_cpu_rehearsal_does_not_offer_batch_levers(tmp_path):
+    # the rehearsal's device budget counts model states only (cookbook.train.check_device_budget)
+    msg = _oom_message(tmp_path, on_gpu=False, zero_stage=2, num_gpus=2, micro_batch=4)
+    assert "--zero-stage 3" in msg and "--micro-batch 2" not in msg and "counts model states only" in msg
+
+
+def test_result_card_of_an_oom_shows_the_planned_world_size_and_no_none(tmp_path):
+    from cookbook.launch import RunResult
+    r = RunResult(status="gpu_oom", message="rank 0 ran out of GPU memory", run_dir=str(tmp_path), command="x",
+                  returncode=1, summary=None, details={"rank": 0, "tried_to_allocate_gib": 0.13, "signal": None,
+                                                       "env_added": {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "16"}},
+                  world_size=8)
+    frame = r.to_frame()
+    assert frame.loc["world_size", "value"] == 8
+    assert frame.loc["env_added", "value"] == "HF_HUB_OFFLINE=1, OMP_NUM_THREADS=16"  # a line, not a dict
+    assert "steps" not in frame.index and "tokens_per_s" not in frame.index and "signal" not in frame.index
+    assert frame.loc["measured", "value"].startswith("nothing: the run ended before it wrote its summary")
+    html = r._repr_html_()
+    assert "None" not in html and "nan" not in html.lower()
+    # a measured summary wins over the plan, and its numbers are shown
+    ok = RunResult(status="ok", message="3 steps", run_dir=str(tmp_path), command="x", returncode=0,
+                   summary={"world_size": 2, "steps": 3, "first_loss": 12.4, "last_loss": 12.3}, world_size=8)
+    f = ok.to_frame()
+    assert f.loc["world_size", "value"] == 2 and f.loc["steps", "value"] == 3 and "measured" not in f.index

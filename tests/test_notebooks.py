@@ -24,6 +24,7 @@ NOTEBOOKS = ["00_environment", "01_oom_reproduction", "02_zero2", "03_zero3", "0
 GIB = 2 ** 30
 N_QWEN14B = 14_167_290_880
 N_TINY_QWEN2 = 354_880
+N_SHARE8 = 1_770_747_904  # qwen2-14b-share8 (data/models/qwen2-14b-share8/config.json): 1/8 of Qwen-14B
 N_TINY_LLAMA = 354_624
 # the target's schedule in 02-05: 3 epochs of the shipped chats at 1 × 16 × 8 sequences a step (HF Trainer's count)
 _CHATS = sum(1 for line in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if line.strip())
@@ -105,6 +106,24 @@ def test_a_notebook_edited_and_saved_in_jupyterlab_is_cleaned_back_to_source(tmp
     assert saved.read_text() != original
 
 
+def test_reference_notes_printed_by_01_to_03_are_readable_lines(tmp_path):
+    # 01-03 print reference.reference_notes(): a not_run record is one line, not a Python dict; the same
+    # name from two device calls is one line with both reasons
+    from cookbook import reference
+    (tmp_path / "levers.json").write_text(json.dumps({"what": "levers", "runs": [{"status": "ok"}], "not_run": [
+        {"name": "trainer-article", "why": "time ran out (-8 s left)", "note": "HF Trainer + the article's config"},
+        {"name": "bind", "why": "time ran out (-8 s left)"},
+        {"name": "trainer-article", "why": "time ran out (71 s left)", "note": "HF Trainer + the article's config"},
+        "LLaMA-7B ladder (device time)"]}))
+    notes = reference.reference_notes(tmp_path)
+    assert notes == ["levers.json: levers",
+                     "levers.json: not run: trainer-article — HF Trainer + the article's config: time ran out "
+                     "(-8 s left); time ran out (71 s left)",
+                     "levers.json: not run: bind: time ran out (-8 s left)",
+                     "levers.json: not run: LLaMA-7B ladder (device time)"]
+    assert not any("{" in n or "'name'" in n for n in reference.reference_notes())  # the shipped files too
+
+
 # ----------------------------------------------------------------------------------------------
 # cookbook run-all, end to end, once
 
@@ -167,6 +186,10 @@ def test_01_zero2_cannot_fit_and_the_rehearsal_hits_oom(run_all):
     assert r["budget_gib"] == pytest.approx(24 * N_TINY_QWEN2 / N_QWEN14B)
     assert r["oom_status"] == "gpu_oom"
     assert r["runs"]["ZeRO-2"]["status"] == "gpu_oom"
+    # the advice is the run's: ZeRO-2 on 2 ranks, whose rehearsal budget counts model states only
+    assert "--zero-stage 3" in r["oom_message"] and "counts model states only" in r["oom_message"]
+    # every variant has a host verdict for the target's 512 GiB (none left unknown)
+    assert all(isinstance(v["fits host"], bool) for v in r["variants"])
     assert r["fix_status"] == "ok"
     fix = r["runs"]["ZeRO-3 + opt→cpu + param→cpu"]
     assert fix["world_size"] == 2 and fix["steps"] == 10
@@ -205,6 +228,18 @@ def test_02_zero2(run_all):
     diff = {row["path"]: row for row in r["diff_vs_previous"]}
     assert diff["train_batch_size"]["before"] == "32" and diff["fp16.enabled"]["after"] == "(absent)"
     assert r["zero_partition"]["full_numel"] == N_TINY_QWEN2
+    # the one-GPU stand-in: Qwen-14B's per-rank share under ZeRO-3 (18 bytes / parameter, all partitioned: 18 n on one
+    # rank = 18 N / 8), not under ZeRO-2, where the 16-bit parameters (2 bytes each) stay whole: 2 N + 18 N / 8 per rank
+    # for Qwen-14B on 8 ranks, 2 n + 18 n on the stand-in's one rank
+    st = r["stand_in"]
+    assert st["model"] == "qwen2-14b-share8" and st["ranks"] == 1
+    assert st["zero3_target_gib"] == pytest.approx(18 * N_QWEN14B / 8 / GIB, rel=1e-4)
+    assert st["zero3_share_gib"] == pytest.approx(18 * N_SHARE8 / GIB, rel=1e-4)
+    assert st["zero2_target_gib"] == pytest.approx((2 + 18 / 8) * N_QWEN14B / GIB, rel=1e-4)
+    assert st["zero2_share_gib"] == pytest.approx(20 * N_SHARE8 / GIB, rel=1e-4)
+    assert st["zero2_target_gpu_gib"] > st["zero2_stand_in_gpu_gib"] + 20
+    assert f"{st['zero2_target_gpu_gib']:.1f} GiB" in st["sentence"] and "ZeRO-3 model states only" in st["sentence"]
+    assert "CPU rehearsal (2 ranks)" in r["basis"] and "None" not in r["basis"]
 
 
 @pytest.mark.slow
