@@ -167,9 +167,6 @@ def nvme_measured_note(res: Mapping, frame=None) -> str:
                      + ("" if ran_7b else " — LLaMA-7B itself has not run with NVMe offload on a GPU"))
     else:
         parts.append("NVMe offload has not been measured on a GPU (no data/reference/*nvme*.json)")
-    own_model = (own or {}).get("model")
-    if own and own.get("status") == "ok" and res.get("rehearsal"):
-        parts.append(f"the rehearsal's NVMe run trains {own_model}, not LLaMA-7B")
     return "; ".join(parts)
 
 
@@ -231,7 +228,16 @@ def batch_shape_note(name: str, n_target: int, *, run: Mapping | None = None, re
             text += (f"; measured {run['step_time_s']:.1f} s vs {r['step_time_s']:.1f} s a step ({a_m:.2f} vs "
                      f"{a_t:.2f} of the floor)")
             if abs(a_m - a_t) > 0.15:
-                text += ": the batch shape explains only part of the gap; the runs also differ in machine, day and data"
+                common = r.get("_common") or {}
+                machine = common.get("machine") if isinstance(common.get("machine"), Mapping) else {}
+                other = [f"{common['date']}" if common.get("date") else None,
+                         ", ".join(str(x) for x in (machine.get("gpus"), f"{machine['host_memory_gib']:.0f} GiB RAM"
+                                                    if isinstance(machine.get("host_memory_gib"), (int, float)) else None)
+                                   if x) or None,
+                         f"data: {common['data']}" if common.get("data") else None]
+                other = [x for x in other if x]
+                text += (": the batch shape explains only part of the gap; the reference is another call"
+                         + (f" ({'; '.join(other)})" if other else ""))
         elif not run and proj:
             t_theirs = step_floor(n_target, ref_plan, RTX4090_MODEL)
             t_mine = step_floor(n_target, mine_plan, RTX4090_MODEL)
@@ -300,7 +306,7 @@ def answers_frame(results: Mapping[str, Mapping | None]):
                 extra.append(sentence)
         else:
             d = res.get("desktop_choice") or {}
-            recipe = (f"{d.get('label')} with {d.get('kind')} ({d.get('reason')})" if d.get("kind")
+            recipe = (f"{d.get('label')} with {d.get('kind')} ({str(d.get('reason')).rstrip('.')})" if d.get("kind")
                       else res.get("verdict"))
             if d.get("alternatives"):
                 recipe += "; alternatives: " + "; ".join(d["alternatives"])

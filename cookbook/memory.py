@@ -1416,8 +1416,8 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     else NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and the disk has the space (the swap files
     plus the margin ``launch`` refuses without, :func:`cookbook.nvme.nvme_disk_needed`).
 
-    Every GiB figure in ``reason`` and ``alternatives`` is the same estimate rounded once (one decimal), so the
-    sentences agree with each other.
+    Every figure in ``reason`` and ``alternatives`` is the same estimate rounded once (one decimal of GiB; of MiB
+    below 0.1 GiB, as for the rehearsal's tiny models), so the sentences agree with each other.
 
     Args:
         plan: the machine and run (``host_memory_gib`` this machine's RAM; its ZeRO variant is replaced
@@ -1440,7 +1440,7 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
            "bf16 states": estimate(base, bf16_states=True, spec=spec, device=device),
            "NVMe offload": estimate(nvme, bf16_states=False, spec=spec, device=device)}
     f32, b16, nv = est["fp32 states"], est["bf16 states"], est["NVMe offload"]
-    g = lambda x: f"{x:.1f} GiB"  # noqa: E731 - the one rounding of every figure below
+    g = lambda x: f"{x:.1f} GiB" if x >= 0.1 or x <= 0 else f"{x * 1024:.1f} MiB"  # noqa: E731 - the one rounding
     have = g(plan.host_memory_gib) if plan.host_memory_gib is not None else "unknown"
     disk = nv.nvme_gib
     disk_need = nvme_disk_needed(disk * GIB) / GIB

@@ -1286,11 +1286,13 @@ def run_io_summary(plan, ds_config: Mapping | None, step_time_s: float | None, *
 
 
 def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, device: str = "cuda", spec=None):
-    """A finished NVMe run beside the estimate, as a pandas DataFrame (quantity, estimate, measured): the bytes of
-    DeepSpeed's swap files under ``plan.nvme_path``/zero_stage_3 (``*.swp``; they stay after the run) and the
-    storage bytes read and written per optimizer step (the summary's ``nvme_io.measured_disk_io``, from
-    ``/proc/self/io``)."""
+    """A finished NVMe run beside the estimate, as a pandas DataFrame (quantity, unit, estimate, measured, error %):
+    the bytes of DeepSpeed's swap files under ``plan.nvme_path``/zero_stage_3 (``*.swp``; they stay after the run)
+    and the storage bytes read and written per optimizer step (the summary's ``nvme_io.measured_disk_io``, from
+    ``/proc/self/io``). Each row in GiB (2**30 bytes) when its estimate is at least 1 GiB, else MiB (2**20), rounded
+    to 3 decimals; error % = (estimate − measured) / measured × 100; a quantity not measured shows ``—``."""
     import pandas as pd
+    from .tables import tidy_frame
     est = estimate_nvme(plan, spec=spec, ds_config=ds_config, device=device)
     root = Path(plan.nvme_path or ".") / "zero_stage_3"
     on_disk = sum(f.stat().st_size for f in root.rglob("*.swp")) if root.is_dir() else None
@@ -1298,10 +1300,17 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
 
     def gb(key):
         return m[key] * GB if m.get(key) is not None else None
-    return pd.DataFrame([("SSD bytes (swap files)", est.disk_bytes, on_disk),
+    rows = []
+    for what, e, got in (("SSD bytes (swap files)", est.disk_bytes, on_disk),
                          ("bytes read per optimizer step (/proc/self/io)", est.read_bytes_per_step, gb("read_gb_per_step")),
                          ("bytes written per optimizer step (/proc/self/io)", est.write_bytes_per_step,
-                          gb("write_gb_per_step"))], columns=["quantity", "estimate", "measured"])
+                          gb("write_gb_per_step"))):
+        unit, div = ("GiB", GIB) if e >= GIB else ("MiB", MIB)
+        rows.append({"quantity": what, "unit": unit, "estimate": round(e / div, 3),
+                     "measured": None if got is None else round(got / div, 3),
+                     "error %": round(100 * (e - got) / got, 1) if got else None})
+    return tidy_frame(pd.DataFrame(rows, columns=["quantity", "unit", "estimate", "measured", "error %"]),
+                      rehearsal=False)
 
 
 #: Columns of :func:`reference_runs` (one row per measured NVMe run; a disk probe or tune is one bandwidth row).

@@ -176,3 +176,25 @@ def test_shipped_3062_stop_is_fixed_in_build_config():
     cause = reference_runs()
     cause = cause[cause["note"].astype(str).str.contains("Not enough buffers")]["cause"].iloc[0]
     assert "#3062" in cause and "build_config" in cause
+
+
+def test_check_run_shows_units_and_error(tmp_path):
+    """The notebook's own NVMe run beside the estimate: MiB below 1 GiB, error % = (estimate − measured) / measured."""
+    from cookbook.nvme import check_run, estimate_nvme
+    from cookbook.plan import Plan
+    plan = Plan(model="tiny-llama", num_gpus=1, zero_stage=3, offload_optimizer="nvme", offload_param="nvme",
+                nvme_path=str(tmp_path), micro_batch=1, grad_accum=1, seq_len=32, precision="bf16")
+    est = estimate_nvme(plan, device="cpu")
+    (tmp_path / "zero_stage_3").mkdir()
+    (tmp_path / "zero_stage_3" / "a.swp").write_bytes(b"\0" * 4 * 2 ** 20)  # 4 MiB of swap files
+    summary = {"nvme_io": {"measured_disk_io": {"read_gb_per_step": est.read_bytes_per_step / 1e9 * 1.1,
+                                                "write_gb_per_step": None}}}
+    table = check_run(plan, None, summary, device="cpu").set_index("quantity")
+    disk = table.loc["SSD bytes (swap files)"]
+    assert est.disk_bytes < GIB and disk["unit"] == "MiB" and disk["measured"] == 4.0
+    assert disk["estimate"] == round(est.disk_bytes / 2 ** 20, 3)
+    assert disk["error %"] == round(100 * (est.disk_bytes - 4 * 2 ** 20) / (4 * 2 ** 20), 1)
+    read = table.loc["bytes read per optimizer step (/proc/self/io)"]
+    assert read["error %"] == pytest.approx(round(100 * (1 / 1.1 - 1), 1))
+    written = table.loc["bytes written per optimizer step (/proc/self/io)"]
+    assert written["measured"] == "—" and written["error %"] == "—"  # not measured: said, not NaN

@@ -630,7 +630,7 @@ def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path
                    desktop_choice=desktop.to_dict(), nvme_status="skipped", nvme_skipped_reason=skipped,
                    this_machine_choice={"kind": "bf16 states", "bf16_states": True, "label": label}, nvme_road=road)
     row = answers_mod.answers_frame({"06_final_1x4090": results.load_results(tmp_path / "06")}).iloc[-1]
-    assert desktop.reason in row["recipe"] and "LoRA" in row["recipe"]
+    assert desktop.reason.rstrip(".") in row["recipe"] and all(a in row["recipe"] for a in desktop.alternatives)
     assert f"with bf16 states, llama-7b, micro batch 2 × accumulation 8 × 1024 tokens" in row["measured here"]
     note = row["note"]
     assert f"this notebook's NVMe run: skipped ({skipped})" in note
