@@ -1308,7 +1308,7 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
         unit, div = ("GiB", GIB) if e >= GIB else ("MiB", MIB)
         rows.append({"quantity": what, "unit": unit, "estimate": round(e / div, 3),
                      "measured": None if got is None else round(got / div, 3),
-                     "error %": round(100 * (e - got) / got, 1) if got else None})
+                     "error %": round(100 * (e - got) / got, 1) + 0.0 if got else None})  # + 0.0: no "-0.0"
     return tidy_frame(pd.DataFrame(rows, columns=["quantity", "unit", "estimate", "measured", "error %"]),
                       rehearsal=False)
 
