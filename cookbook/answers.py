@@ -8,6 +8,11 @@ the GPU and the host, and the throughput measured here with its RTX 4090 project
   benchmark (``benchmarks/report.py``): the run's achieved fraction of its serial floor (compute + PCIe +
   CPU Adam) on the machine it ran on, applied to the RTX 4090's floor.
 * :func:`collapse_repeated` — a column with the same text in every row becomes one line above the table.
+* :func:`host_ram_note` — the 8 × RTX 4090 recipe's host-RAM verdict on the RAM it assumes and on notebook 00's
+  recorded 8 × RTX 4090 box (:data:`RECORDED_8X4090_FACTS`), computed with :mod:`cookbook.memory`.
+* :func:`nvme_measured_note` — what NVMe offload (the 1 × RTX 4090 recipe) has measured, for which model.
+* :func:`batch_shape_note` — a GPU reference run of the target model beside a run or recipe of another batch
+  shape: why their tokens/s differ (parameter offload moves the weights once per micro batch).
 
 Units: tokens/s over the whole world (all ranks); GiB = 2**30 bytes; GB/s = 10**9 bytes/s.
 """
@@ -73,6 +78,175 @@ def project_rtx4090(run: Mapping, ceilings: Mapping | None = None) -> float | No
     return float(run["tokens_per_s"]) * here / there
 
 
+
+#: Notebook 00's recorded 8 × RTX 4090 machine (``cookbook env --dump-facts``, in
+#: :data:`cookbook.reference.FACTS_DIR`): the second host-RAM verdict of the 8 × RTX 4090 row.
+RECORDED_8X4090_FACTS = "host256_8xrtx4090.json"
+
+
+def host_ram_note(target_estimate: Mapping, facts_file: str = RECORDED_8X4090_FACTS) -> tuple[str, str] | None:
+    """The host-RAM verdicts of the 8 × RTX 4090 recipe: on the RAM its estimate assumes (notebook 05's
+    ``TARGET_HOST_MEMORY_GIB``) and on the recorded machine ``facts_file`` (its ``host_memory_gib``), both by
+    :func:`cookbook.memory.estimate` on the estimate's own plan and states; for a machine it does not fit, what
+    :func:`cookbook.memory.decide` recommends there.
+
+    Returns:
+        ``(fits_host, sentence)``: ``fits_host`` like ``"yes at 512 GiB; no at 256 GiB"``; None when the estimate
+        has no plan or the facts file (or its host RAM) is missing.
+    """
+    from .memory import decide, estimate
+    from .plan import Plan
+    from .reference import FACTS_DIR
+    plan_fields = target_estimate.get("plan") if isinstance(target_estimate, Mapping) else None
+    path = FACTS_DIR / facts_file
+    if not isinstance(plan_fields, Mapping) or not path.is_file():
+        return None
+    import json
+    try:
+        recorded = json.loads(path.read_text()).get("host_memory_gib")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, (int, float)):
+        return None
+    plan = Plan(**{k: v for k, v in plan_fields.items() if k in Plan.__dataclass_fields__})
+    b16 = bool(target_estimate.get("bf16_states"))
+    assumed = plan.host_memory_gib
+    here = estimate(plan.replace(host_memory_gib=float(recorded)), bf16_states=b16)
+    states = " with bf16 states" if b16 else ""
+    fits_there = bool(here.fits_host)
+    sentence = (f"host RAM assumed: {assumed:g} GiB (notebook 05's TARGET_HOST_MEMORY_GIB); on notebook 00's recorded "
+                f"8 × RTX 4090 box ({recorded:g} GiB, {facts_file}) {plan.label}{states} needs "
+                f"{here.host_gib['total']:.1f} GiB: {'fits' if fits_there else 'does not fit'}")
+    if not fits_there:
+        d = decide(plan.replace(host_memory_gib=float(recorded)))
+        r = d.recommended
+        sentence += (f"; what fits there: {r.plan.label}{' with bf16 states (--bf16-states)' if r.bf16_states else ''}"
+                     f", host {r.host_gib['total']:.1f}/{recorded:g} GiB" if r is not None else
+                     "; nothing fits there (cookbook estimate --sweep names the smallest change)")
+    verdict = (f"{'yes' if assumed is None or target_estimate.get('fits_host') else 'no'}"
+               f"{f' at {assumed:g} GiB' if assumed is not None else ''}; {'yes' if fits_there else 'no'} at "
+               f"{recorded:g} GiB")
+    return verdict, sentence
+
+
+def nvme_measured_note(res: Mapping, frame=None) -> str:
+    """What NVMe offload has measured, for the 1 × RTX 4090 row whose recipe it is: this notebook's own NVMe run
+    (``nvme_status``/``nvme_skipped_reason`` in notebook 06's results, which model it trained) and the GPU runs
+    of ``data/reference/*nvme*.json`` (:func:`cookbook.nvme.reference_runs`, or ``frame``): per run its model,
+    aio setting and outcome — a stop with its known cause (:data:`cookbook.nvme.KNOWN_STOPS`) — and whether
+    LLaMA-7B itself ever ran with NVMe offload on a GPU."""
+    import pandas as pd
+    from .nvme import reference_runs
+    df = reference_runs() if frame is None else frame
+    runs = df[df["kind"] == "NVMe run"] if len(df) else df
+    parts = []
+    nvme_label = next((k for k in (res.get("runs") or {}) if "nvme" in k), None)
+    own = (res.get("runs") or {}).get(nvme_label) if nvme_label else None
+    status = res.get("nvme_status")
+    if own and own.get("status") == "ok":
+        parts.append(f"this notebook's NVMe run: ok, {own.get('model')} on {own.get('hardware')}")
+    elif status == "skipped" or res.get("nvme_skipped_reason"):
+        parts.append(f"this notebook's NVMe run: skipped ({res.get('nvme_skipped_reason') or 'no reason recorded'})")
+    elif status:
+        parts.append(f"this notebook's NVMe run: {status}" + (f" ({own.get('message')})" if own else ""))
+    seen = []
+    for _, r in runs.iterrows():
+        what = f"{r['model']} ({r['aio']} aio)"
+        if r["status"] == "ok":
+            tps = r.get("tokens/s")
+            seen.append(f"{what} ok, {r['s/step']:.2f} s/step" + (f", {tps:,.0f} tokens/s" if isinstance(tps, (int, float))
+                                                                   and not pd.isna(tps) else ""))
+        else:
+            short = r.get("cause (short)")
+            seen.append(f"{what} {r['status']}: {r.get('note') or 'no message'}"
+                        + (f" ({short})" if isinstance(short, str) and short else ""))
+    if seen:
+        files = ", ".join(sorted(set(runs["file"])))
+        ran_7b = bool(((runs["model"] == "llama-7b") & (runs["status"] == "ok")).any())
+        parts.append(f"NVMe offload on GPUs ({files}): " + "; ".join(seen)
+                     + ("" if ran_7b else " — LLaMA-7B itself has not run with NVMe offload on a GPU"))
+    else:
+        parts.append("NVMe offload has not been measured on a GPU (no data/reference/*nvme*.json)")
+    return "; ".join(parts)
+
+
+def _shape(record: Mapping) -> tuple | None:
+    plan = record.get("plan") if isinstance(record.get("plan"), Mapping) else record
+    shape = tuple(plan.get(k) for k in ("micro_batch", "grad_accum", "seq_len"))
+    return shape if all(isinstance(x, int) for x in shape) else None
+
+
+def batch_shape_note(name: str, n_target: int, *, run: Mapping | None = None, recipe: Mapping | None = None,
+                     records=None, ceilings: Mapping | None = None) -> str:
+    """Where a completed GPU reference run of the target model (``data/reference``,
+    :func:`cookbook.reference.reference_results` of notebook ``name``, ``n_target`` parameters) has another batch
+    shape than ``run`` (a GPU run measured here, of the same ZeRO variant) or ``recipe`` (the recipe's plan fields
+    ``micro_batch``, ``grad_accum``, ``seq_len``): both shapes, the rows per optimizer step, and the step-time
+    floors of :func:`step_floor` on the measured ceilings (``ceilings``, default the reference's) for the
+    reference's variant — with parameter offload every micro batch moves the 16-bit weights over PCIe, so the
+    same rows in more, smaller micro batches take longer. With ``run``: both measured step times and their
+    achieved fractions of the floor (a gap the shape does not explain is said). With ``recipe``: the reference's
+    RTX 4090 projection at the recipe's shape (same achieved fraction of the 4090 floor, :func:`project_rtx4090`'s
+    model). "" when there is nothing to say."""
+    from .reference import reference_ceilings, reference_results
+    recs = records if records is not None else reference_results(name)
+    ceilings = ceilings if ceilings is not None else reference_ceilings()
+    mine = _shape(run) if run else (_shape(recipe) if recipe else None)
+    if not mine or not ceilings:
+        return ""
+    keys = ("micro_batch", "grad_accum", "seq_len")
+    variant_keys = ("zero_stage", "offload_optimizer", "offload_param")
+    out = []
+    for r in recs:
+        plan = r.get("plan") if isinstance(r.get("plan"), Mapping) else {}
+        theirs = _shape(r)
+        if (r.get("num_params") != n_target or not str(r.get("status", "")).startswith("ok")
+                or not r.get("tokens_per_s") or theirs in (None, mine)):
+            continue
+        variant = {k: plan.get(k) for k in variant_keys}
+        if None in variant.values() or (run and any(run.get(k) != v for k, v in variant.items())):
+            continue
+        ref_plan = {"num_gpus": plan.get("num_gpus") or 1, **dict(zip(keys, theirs)), **variant}
+        mine_plan = dict(ref_plan, **dict(zip(keys, mine)))
+        f_theirs, f_mine = step_floor(n_target, ref_plan, ceilings), step_floor(n_target, mine_plan, ceilings)
+        rows_t, rows_m = theirs[0] * theirs[1], mine[0] * mine[1]
+        who = "this run" if run else "the recipe"
+        proj = (r.get("projection_rtx4090") or {}).get("tokens_per_s")
+        text = (f"the GPU reference run {r.get('name')} ({r.get('_file')}; {r.get('label') or ''}"
+                f"{' with bf16 states' if r.get('bf16_states') else ''}: {r['tokens_per_s']:,.0f} tokens/s"
+                + (f", RTX 4090 projection {proj:,.0f}" if proj else "")
+                + f") used micro batch {theirs[0]} × accumulation {theirs[1]} × {theirs[2]} tokens, {who} "
+                f"{mine[0]} × {mine[1]} × {mine[2]}"
+                + (f": the same {rows_m} rows per optimizer step" if rows_m == rows_t else
+                   f" ({rows_t} vs {rows_m} rows per optimizer step)")
+                + (f", but parameter offload moves the 16-bit weights over PCIe once per micro batch, {mine[1]} "
+                   f"times a step instead of {theirs[1]}" if variant["offload_param"] != "none" else "")
+                + f"; step-time floor (compute + PCIe + CPU Adam on the H200's measured ceilings) {f_mine:.1f} s vs "
+                f"{f_theirs:.1f} s")
+        if run and run.get("step_time_s") and r.get("step_time_s"):
+            a_m, a_t = f_mine / run["step_time_s"], f_theirs / r["step_time_s"]
+            text += (f"; measured {run['step_time_s']:.1f} s vs {r['step_time_s']:.1f} s a step ({a_m:.2f} vs "
+                     f"{a_t:.2f} of the floor)")
+            if abs(a_m - a_t) > 0.15:
+                common = r.get("_common") or {}
+                machine = common.get("machine") if isinstance(common.get("machine"), Mapping) else {}
+                other = [f"{common['date']}" if common.get("date") else None,
+                         ", ".join(str(x) for x in (machine.get("gpus"), f"{machine['host_memory_gib']:.0f} GiB RAM"
+                                                    if isinstance(machine.get("host_memory_gib"), (int, float)) else None)
+                                   if x) or None,
+                         f"data: {common['data']}" if common.get("data") else None]
+                other = [x for x in other if x]
+                text += (": the batch shape explains only part of the gap; the reference is another call"
+                         + (f" ({'; '.join(other)})" if other else ""))
+        elif not run and proj:
+            t_theirs = step_floor(n_target, ref_plan, RTX4090_MODEL)
+            t_mine = step_floor(n_target, mine_plan, RTX4090_MODEL)
+            at_mine = proj * (t_theirs / t_mine) * (rows_m * mine[2]) / (rows_t * theirs[2])
+            text += f"; at the recipe's shape the same fraction of the RTX 4090 floor gives ~{at_mine:,.0f} tokens/s"
+        out.append(text)
+    return "; ".join(out)
+
+
 def _central(res: Mapping | None) -> Mapping:
     if not res:
         return {}
@@ -121,22 +295,43 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             continue
         res = results[name]
         run = _central(res)
+        extra = []  # what the row's numbers assume or leave out, after the note
+        host_cell = None
         if name.startswith("05"):
             te = res.get("target_estimate") or {}
             recipe, fits_gpu, fits_host = te.get("verdict"), te.get("fits_gpu"), te.get("fits_host")
+            host = host_ram_note(te)
+            if host:
+                host_cell, sentence = host
+                extra.append(sentence)
         else:
             d = res.get("desktop_choice") or {}
-            recipe = (f"{d.get('label')} with {d.get('kind')} (64 GiB RAM: {d.get('reason')})" if d.get("kind")
+            recipe = (f"{d.get('label')} with {d.get('kind')} ({str(d.get('reason')).rstrip('.')})" if d.get("kind")
                       else res.get("verdict"))
+            if d.get("alternatives"):
+                recipe += "; alternatives: " + "; ".join(d["alternatives"])
             fits_gpu, fits_host = (True, True) if d.get("kind") else (None, d.get("fits"))
+            if d.get("kind") == "NVMe offload":
+                extra.append(nvme_measured_note(res))
+                consumer = ((res.get("nvme_road") or {}).get("floors") or [{}])[0]
+                if consumer.get("SSD-only floor s/step"):
+                    disk = str(consumer.get("disk") or "the SSD").split(" (")[0]
+                    extra.append(f"the recipe on a {disk} ({consumer.get('read GB/s'):g}/{consumer.get('write GB/s'):g} "
+                                 f"GB/s): at least {consumer['SSD-only floor s/step']:.1f} s a step, at most "
+                                 f"{consumer.get('tokens/s at most', float('nan')):,.0f} tokens/s (the SSD alone; "
+                                 "notebook 06 §9) — the projection column is not the NVMe recipe's")
         rehearsal = bool(res.get("rehearsal"))
         tps = run.get("tokens_per_s")
         label = (res.get("central") or {}).get("run")
         world = run.get("world_size")
-        what = ", ".join(str(x) for x in (label, run.get("model")) if x)
+        states = " with bf16 states" if (name.startswith("06") and (res.get("this_machine_choice") or {}).get(
+            "bf16_states") and label == (res.get("this_machine_choice") or {}).get("label")) else ""
+        what = ", ".join(str(x) for x in (f"{label}{states}" if label else None, run.get("model")) if x)
+        shape = _shape(run)
+        shape_text = f", micro batch {shape[0]} × accumulation {shape[1]} × {shape[2]} tokens" if shape else ""
         measured = (f"{run.get('status')}: {tps:,.0f} tokens/s"
                     + (f" ({world} rank{'s' if world != 1 else ''})" if world else "")
-                    + (f" — {what}" if what else "") + f" on {run.get('hardware')}" if tps else
+                    + (f" — {what}" if what else "") + shape_text + f" on {run.get('hardware')}" if tps else
                     f"{run.get('status') or 'no run recorded'}" + (f" on {run.get('hardware')}" if run.get("hardware") else ""))
         recipe_label = ((res.get("desktop_choice") or {}).get("label") if not name.startswith("05") else
                         (res.get("target_estimate") or {}).get("label"))
@@ -160,9 +355,19 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             note = ("GPU run; projection per GPU: the same fraction of the step-time floor on a 4090, for one rank "
                     "(no traffic between GPUs counted) (benchmarks/report.py)")
             if label and recipe_label and label != recipe_label:
-                note += f"; measured: the variant this machine runs ({label}), not the recipe ({recipe_label})"
+                note += f"; measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})"
+        from .models import model_spec
+        n_target = model_spec(TARGET_MODELS[name]).num_params
+        gpu_run = run if (not rehearsal and run.get("estimate_device") == "cuda" and run.get("num_params") == n_target) else None
+        recipe_fields = (res.get("desktop_choice") or {}).get("plan") if name.startswith("06") else \
+            (res.get("target_estimate") or {}).get("plan")
+        shape_note = batch_shape_note(name, n_target, run=gpu_run,
+                                      recipe=None if gpu_run else (recipe_fields or None))
+        if shape_note:
+            extra.append(shape_note)
+        note = "; ".join([note, *extra])
         rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
-                     "fits host": _yes(fits_host), "measured here": measured,
+                     "fits host": host_cell or _yes(fits_host), "measured here": measured,
                      "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
                      "notebook": name})
     return pd.DataFrame(rows)
@@ -190,4 +395,5 @@ def collapse_repeated(frame, *, min_rows: int = 3, min_chars: int = 25):
     return frame.drop(columns=drop), lines
 
 
-__all__ = ["RTX4090_MODEL", "SAME_MODEL_LOG_GAP", "TARGETS", "TARGET_MODELS", "answers_frame", "collapse_repeated", "project_rtx4090", "step_floor"]
+__all__ = ["RECORDED_8X4090_FACTS", "RTX4090_MODEL", "SAME_MODEL_LOG_GAP", "TARGETS", "TARGET_MODELS", "answers_frame",
+           "batch_shape_note", "collapse_repeated", "host_ram_note", "nvme_measured_note", "project_rtx4090", "step_floor"]

@@ -1365,9 +1365,15 @@ class OffloadChoice:
         plan: the plan to launch (``nvme`` offload when that is the choice), or None when nothing fits.
         bf16_states: launch with ``--bf16-states``.
         kind: ``fp32 states``, ``bf16 states``, ``NVMe offload`` or None.
-        reason: one sentence: why this one (the estimates that decided it).
+        reason: one sentence: why this one (the estimates that decided it, GiB with one decimal).
         estimates: kind -> :class:`MemoryEstimate` for the three tried.
-        alternatives: when nothing fits (or only NVMe), what would: more host RAM, NVMe, LoRA.
+        alternatives: whenever fp32 states in host RAM do not fit: what else would run — more host RAM,
+            NVMe offload (its disk need, and why not here when it cannot run here), LoRA (when no full
+            fine-tune of the model fits this machine's host RAM) — with the same GiB figures as ``reason``.
+        nvme_disk_gib: GiB of swap files NVMe offload writes (:func:`cookbook.nvme.estimate_nvme`).
+        nvme_disk_needed_gib: free GiB the NVMe folder must have for them, with the margin ``launch`` asks for
+            (:func:`cookbook.nvme.nvme_disk_needed`).
+        nvme_free_gib: free GiB at the NVMe path as given (None: not checked).
     """
 
     plan: Plan | None
@@ -1376,23 +1382,42 @@ class OffloadChoice:
     reason: str
     estimates: Mapping[str, "MemoryEstimate"]
     alternatives: tuple[str, ...] = ()
+    nvme_disk_gib: float | None = None
+    nvme_disk_needed_gib: float | None = None
+    nvme_free_gib: float | None = None
 
     @property
     def fits(self) -> bool:
         return self.plan is not None
 
+    def lines(self, machine: str) -> list[str]:
+        """What to show: ``"{machine}: {kind} — {reason}"`` (``"{machine}: {reason}"`` when nothing fits) and one
+        ``"  alternative: …"`` line each."""
+        return [f"{machine}: {self.kind} — {self.reason}" if self.kind else f"{machine}: {self.reason}",
+                *(f"  alternative: {a}" for a in self.alternatives)]
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "fits": self.fits, "bf16_states": self.bf16_states, "reason": self.reason,
                 "label": self.plan.label if self.plan else None, "alternatives": list(self.alternatives),
                 "host_gib": {k: e.host_gib["total"] for k, e in self.estimates.items()},
-                "gpu_gib": {k: e.gpu_gib["total"] for k, e in self.estimates.items()}}
+                "gpu_gib": {k: e.gpu_gib["total"] for k, e in self.estimates.items()},
+                "nvme_disk_gib": self.nvme_disk_gib, "nvme_disk_needed_gib": self.nvme_disk_needed_gib,
+                "nvme_free_gib": self.nvme_free_gib,
+                "plan": {k: getattr(self.plan, k) for k in ("model", "num_gpus", "gpu_memory_gib", "host_memory_gib",
+                                                            "seq_len", "micro_batch", "grad_accum", "zero_stage",
+                                                            "offload_optimizer", "offload_param")}
+                if self.plan else None}
 
 
 def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None, device: str = "cuda",
                        spec=None) -> OffloadChoice:
     """Pick the full fine-tune one GPU can run on this machine, ZeRO-3 with everything offloaded:
     fp32 optimizer states in host RAM if they fit, else bf16 states (half the host RAM; :data:`BF16_STATES_COST`),
-    else NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and the disk has the space.
+    else NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and the disk has the space (the swap files
+    plus the margin ``launch`` refuses without, :func:`cookbook.nvme.nvme_disk_needed`).
+
+    Every figure in ``reason`` and ``alternatives`` is the same estimate rounded once (one decimal of GiB; of MiB
+    below 0.1 GiB, as for the rehearsal's tiny models), so the sentences agree with each other.
 
     Args:
         plan: the machine and run (``host_memory_gib`` this machine's RAM; its ZeRO variant is replaced
@@ -1402,43 +1427,52 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
         device: ``cuda``, or ``cpu`` for the CPU rehearsal (every rank's memory is host RAM).
 
     Returns:
-        :class:`OffloadChoice`; its ``alternatives`` name more host RAM, NVMe and LoRA honestly when full
-        fine-tuning does not fit host RAM.
+        :class:`OffloadChoice`; its ``alternatives`` name more host RAM, NVMe (with its disk need) and LoRA
+        honestly whenever fp32 states do not fit host RAM.
 
     Raises:
         EstimateError / ModelNotFoundError: as :func:`estimate`.
     """
+    from .nvme import nvme_disk_needed
     base = plan.replace(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
     nvme = base.replace(offload_optimizer="nvme", offload_param="nvme", nvme_path=plan.nvme_path or "/local_nvme")
     est = {"fp32 states": estimate(base, spec=spec, device=device),
            "bf16 states": estimate(base, bf16_states=True, spec=spec, device=device),
            "NVMe offload": estimate(nvme, bf16_states=False, spec=spec, device=device)}
-    have = f"{plan.host_memory_gib:g} GiB" if plan.host_memory_gib is not None else "unknown"
     f32, b16, nv = est["fp32 states"], est["bf16 states"], est["NVMe offload"]
-    need = (f"host RAM {have}; needed: fp32 states {f32.host_gib['total']:.0f} GiB, bf16 states "
-            f"{b16.host_gib['total']:.0f} GiB, NVMe offload {nv.host_gib['total']:.0f} GiB RAM + "
-            f"{nv.nvme_gib:.0f} GiB on the SSD")
-    more_ram = (f"more host RAM: {math.ceil(f32.host_gib['total'])} GiB for fp32 states "
-                f"({math.ceil(b16.host_gib['total'])} GiB with --bf16-states)")
-    lora = ("LoRA instead of a full fine-tune: only the adapters have gradients and Adam states, so the frozen "
-            "16-bit weights alone must fit (PEFT; not a full fine-tune, and not what this cookbook trains)")
-    gpu_ok = f32.fits_gpu
-    if gpu_ok and f32.fits_host is not False:
-        return OffloadChoice(base, False, "fp32 states", f"fp32 states fit: {need}.", est)
+    g = lambda x: f"{x:.1f} GiB" if x >= 0.1 or x <= 0 else f"{x * 1024:.1f} MiB"  # noqa: E731 - the one rounding
+    have = g(plan.host_memory_gib) if plan.host_memory_gib is not None else "unknown"
+    disk = nv.nvme_gib
+    disk_need = nvme_disk_needed(disk * GIB) / GIB
+    free = "" if nvme_free_gib is None else f", {g(nvme_free_gib)} free at the NVMe path"
+    need = (f"host RAM {have}; needed: fp32 states {g(f32.host_gib['total'])}, bf16 states "
+            f"{g(b16.host_gib['total'])}, NVMe offload {g(nv.host_gib['total'])} of RAM + {g(disk)} on the SSD "
+            f"({g(disk_need)} free with the margin{free})")
+    extra = dict(nvme_disk_gib=disk, nvme_disk_needed_gib=disk_need, nvme_free_gib=nvme_free_gib)
+    nvme_room = nvme_free_gib is None or disk_need <= nvme_free_gib
+    why_not_nvme = ("DeepSpeed's async_io op is not usable here (libaio)" if not nvme_ok else
+                    f"{g(disk_need)} needed on the SSD, {g(nvme_free_gib)} free" if not nvme_room else
+                    f"its {g(nv.host_gib['total'])} of RAM do not fit" if nv.fits_host is False else
+                    "it does not fit the GPU" if not nv.fits_gpu else None)
+    nvme_alt = (f"NVMe offload (fp32 states on the SSD): {g(disk)} of swap files on a fast SSD "
+                f"({g(disk_need)} free with the margin) and {g(nv.host_gib['total'])} of RAM"
+                + (f"; not here: {why_not_nvme}" if why_not_nvme else "; possible here") + "; SSD-bound: slower")
+    fp32_ram = f"more host RAM: {g(f32.host_gib['total'])} for fp32 states (exact Adam updates; have {have})"
+    weights = 2 * f32.params / GIB
+    lora = (f"LoRA instead of a full fine-tune: only the adapters get gradients and Adam states; the frozen "
+            f"16-bit weights ({g(weights)}) must fit (PEFT; not a full fine-tune, not what this cookbook trains)")
+    if f32.fits_gpu and f32.fits_host is not False:
+        return OffloadChoice(base, False, "fp32 states", f"fp32 states fit: {need}.", est, (), **extra)
     if b16.fits_gpu and b16.fits_host is not False:
         return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit, bf16 states do: {need}.", est,
-                             (more_ram,))
-    nvme_room = nvme_free_gib is None or nv.nvme_gib <= nvme_free_gib
+                             (fp32_ram, nvme_alt), **extra)
+    more_ram = (f"more host RAM: {g(f32.host_gib['total'])} for fp32 states, {g(b16.host_gib['total'])} with "
+                f"--bf16-states (have {have})")
     if nv.fits_gpu and nv.fits_host is not False and nvme_ok and nvme_room:
         return OffloadChoice(nvme, False, "NVMe offload", f"neither fp32 nor bf16 states fit host RAM; NVMe "
-                             f"offload does: {need}.", est, (more_ram, lora))
-    why_not_nvme = ("DeepSpeed's async_io op is not usable here (libaio)" if not nvme_ok else
-                    f"{nv.nvme_gib:.0f} GiB needed on the SSD, {nvme_free_gib:.0f} GiB free" if not nvme_room else
-                    "its pinned buffers do not fit host RAM" if nv.fits_host is False else "it does not fit the GPU")
-    nvme_alt = (f"NVMe offload: {nv.nvme_gib:.0f} GiB on a fast SSD and {nv.host_gib['total']:.0f} GiB of RAM "
-                f"(not here: {why_not_nvme})")
+                             f"offload does: {need}.", est, (more_ram, lora), **extra)
     return OffloadChoice(None, False, None, f"no full fine-tune fits this machine: {need}; NVMe offload not "
-                         f"possible here: {why_not_nvme}.", est, (more_ram, nvme_alt, lora))
+                         f"possible here: {why_not_nvme}.", est, (more_ram, nvme_alt, lora), **extra)
 
 
 def rehearsal_memory_note(num_params: int | None = None) -> str:

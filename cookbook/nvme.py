@@ -1286,11 +1286,13 @@ def run_io_summary(plan, ds_config: Mapping | None, step_time_s: float | None, *
 
 
 def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, device: str = "cuda", spec=None):
-    """A finished NVMe run beside the estimate, as a pandas DataFrame (quantity, estimate, measured): the bytes of
-    DeepSpeed's swap files under ``plan.nvme_path``/zero_stage_3 (``*.swp``; they stay after the run) and the
-    storage bytes read and written per optimizer step (the summary's ``nvme_io.measured_disk_io``, from
-    ``/proc/self/io``)."""
+    """A finished NVMe run beside the estimate, as a pandas DataFrame (quantity, unit, estimate, measured, error %):
+    the bytes of DeepSpeed's swap files under ``plan.nvme_path``/zero_stage_3 (``*.swp``; they stay after the run)
+    and the storage bytes read and written per optimizer step (the summary's ``nvme_io.measured_disk_io``, from
+    ``/proc/self/io``). Each row in GiB (2**30 bytes) when its estimate is at least 1 GiB, else MiB (2**20), rounded
+    to 3 decimals; error % = (estimate − measured) / measured × 100; a quantity not measured shows ``—``."""
     import pandas as pd
+    from .tables import tidy_frame
     est = estimate_nvme(plan, spec=spec, ds_config=ds_config, device=device)
     root = Path(plan.nvme_path or ".") / "zero_stage_3"
     on_disk = sum(f.stat().st_size for f in root.rglob("*.swp")) if root.is_dir() else None
@@ -1298,23 +1300,59 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
 
     def gb(key):
         return m[key] * GB if m.get(key) is not None else None
-    return pd.DataFrame([("SSD bytes (swap files)", est.disk_bytes, on_disk),
+    rows = []
+    for what, e, got in (("SSD bytes (swap files)", est.disk_bytes, on_disk),
                          ("bytes read per optimizer step (/proc/self/io)", est.read_bytes_per_step, gb("read_gb_per_step")),
                          ("bytes written per optimizer step (/proc/self/io)", est.write_bytes_per_step,
-                          gb("write_gb_per_step"))], columns=["quantity", "estimate", "measured"])
+                          gb("write_gb_per_step"))):
+        unit, div = ("GiB", GIB) if e >= GIB else ("MiB", MIB)
+        rows.append({"quantity": what, "unit": unit, "estimate": round(e / div, 3),
+                     "measured": None if got is None else round(got / div, 3),
+                     "error %": round(100 * (e - got) / got, 1) + 0.0 if got else None})  # + 0.0: no "-0.0"
+    return tidy_frame(pd.DataFrame(rows, columns=["quantity", "unit", "estimate", "measured", "error %"]),
+                      rehearsal=False)
 
 
 #: Columns of :func:`reference_runs` (one row per measured NVMe run; a disk probe or tune is one bandwidth row).
-REFERENCE_COLUMNS = ["file", "kind", "model", "params", "aio", "status", "s/step", "tokens/s", "host peak GiB",
+REFERENCE_COLUMNS = ["file", "date", "kind", "model", "params", "aio", "status", "s/step", "tokens/s", "host peak GiB",
                      "host estimate GiB", "host error %", "disk GiB", "disk estimate GiB", "achieved/floor",
-                     "read GB/s", "write GB/s", "note"]
+                     "read GB/s", "write GB/s", "tuned aio", "tuned read GB/s", "tuned write GB/s", "cause", "cause (short)",
+                     "note"]
+
+#: Stops seen in the NVMe reference runs, by a fragment of the message: (short cause, what happened and what the
+#: cookbook does about it now). ``{disk_est}``/``{free}``: the run's estimated swap GiB and the record's
+#: ``machine.disk_free_gib``.
+KNOWN_STOPS = (
+    ("Not enough buffers", "DeepSpeed #3062; fixed since in build_config",
+     "DeepSpeed #3062: the parameters DeepSpeed keeps swapped in (stage3_max_reuse_distance 1e9) took every "
+     "offload_param.buffer_count buffer; fixed since in cookbook.dsconfig.build_config (stage3_max_reuse_distance 0 "
+     "for NVMe parameters, buffer_count from the model; `cookbook lint` flags a config that cannot hold them)"),
+    ("No space left on device", "disk full; launch now refuses it before the start",
+     "the NVMe folder's disk filled up ({disk_est} of swap files estimated, {free} free on that machine); "
+     "cookbook.launch now refuses an NVMe run whose swap files (+5 % + 1 GiB) exceed the free space, before any "
+     "rank starts (cookbook.nvme.nvme_disk_refusal)"),
+)
 
 
-def _bandwidth_row(fname: str, kind: str, default: Mapping | None, best_name, best: Mapping | None) -> dict:
+def _bandwidth_row(fname: str, kind: str, default: Mapping | None, best_name, best: Mapping | None,
+                   date=None) -> dict:
     note = (f"best {best_name}: read {best['read_gb_s']:.2f}, write {best['write_gb_s']:.2f} GB/s"
             if best and best.get("read_gb_s") and best.get("write_gb_s") else "")
-    return {"file": fname, "kind": kind, "aio": "default", "read GB/s": (default or {}).get("read_gb_s"),
-            "write GB/s": (default or {}).get("write_gb_s"), "note": note}
+    return {"file": fname, "date": date, "kind": kind, "aio": "default", "read GB/s": (default or {}).get("read_gb_s"),
+            "write GB/s": (default or {}).get("write_gb_s"), "tuned aio": best_name,
+            "tuned read GB/s": (best or {}).get("read_gb_s"), "tuned write GB/s": (best or {}).get("write_gb_s"),
+            "note": note}
+
+
+def _stop_cause(message: str, run: Mapping, data: Mapping) -> tuple[str, str] | None:
+    """(short, long) cause of a known stop (:data:`KNOWN_STOPS`), filled with the run's and record's numbers."""
+    free = (data.get("machine") or {}).get("disk_free_gib")
+    est = run.get("disk_estimate_gib")
+    for fragment, short, long in KNOWN_STOPS:
+        if fragment in (message or ""):
+            return short, long.format(disk_est=f"{est:.1f} GiB" if isinstance(est, (int, float)) else "unknown GiB",
+                                      free=f"{free:.1f} GiB" if isinstance(free, (int, float)) else "unknown GiB")
+    return None
 
 
 def reference_runs(folder=None, pattern: str = "*nvme*.json"):
@@ -1326,10 +1364,13 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
     * a runs record (``"kind": "nvme_runs"``, written by ``python -m benchmarks.nvme_reference``): one row per
       measured run (kind ``NVMe run``: model, parameters, aio setting, s/step and tokens/s — median of the steps
       after the first —, host peak beside the estimate and its error %, GiB of swap files beside the estimate,
-      achieved/floor on the bandwidth measured in the same call), one ``aio tune`` row (DeepSpeed's default aio
-      bandwidth; the best in ``note``) and one ``7B host extrapolation`` row (its range in ``note``);
+      achieved/floor on the bandwidth measured in the same call; for a run that did not finish, ``note`` holds its
+      message and ``cause`` what is known about it, :data:`KNOWN_STOPS` — ``, not re-run`` added when no later
+      record has a finished run of the same model), one ``aio tune`` row (DeepSpeed's default aio bandwidth in
+      ``read/write GB/s``, the best setting in ``tuned …``) and one ``7B host extrapolation`` row (its range in
+      ``note``);
     * a disk probe (``benchmarks/nvme_bench.py``: ``settings`` with ``write_gb_s``/``read_gb_s``): one
-      ``disk probe`` row with the default setting's bandwidth and the best in ``note``;
+      ``disk probe`` row with the default setting's bandwidth and the best one's;
     * anything else: one row saying it was not understood (never silently dropped); unreadable files: a row
       with the error in ``note``.
     """
@@ -1344,36 +1385,122 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
         except (OSError, json.JSONDecodeError) as exc:
             rows.append({"file": f.name, "kind": "unreadable", "note": str(exc)})
             continue
+        date = data.get("date") if isinstance(data, Mapping) else None
         if isinstance(data, Mapping) and isinstance(data.get("runs"), list):
             bw = data.get("bandwidth") or {}
             if bw.get("default") or bw.get("best"):
                 rows.append(_bandwidth_row(f.name, "aio tune", bw.get("default"), json.dumps(bw.get("best_aio")),
-                                           bw.get("best")))
+                                           bw.get("best"), date))
             for r in data["runs"]:
                 if not isinstance(r, Mapping):
                     continue
-                rows.append({"file": f.name, "kind": "NVMe run", "model": r.get("model"), "params": r.get("params"),
-                             "aio": r.get("aio"), "status": r.get("status"), "s/step": r.get("s_per_step"),
-                             "tokens/s": r.get("tokens_per_s"), "host peak GiB": r.get("host_peak_gib"),
-                             "host estimate GiB": r.get("host_estimate_gib"), "host error %": r.get("host_error_pct"),
-                             "disk GiB": r.get("disk_gib"), "disk estimate GiB": r.get("disk_estimate_gib"),
+                ok = r.get("status") == "ok"
+                cause = None if ok else _stop_cause(str(r.get("message") or ""), r, data)
+                rows.append({"file": f.name, "date": date, "kind": "NVMe run", "model": r.get("model"),
+                             "params": r.get("params"), "aio": r.get("aio"), "status": r.get("status"),
+                             "s/step": r.get("s_per_step"), "tokens/s": r.get("tokens_per_s"),
+                             "host peak GiB": r.get("host_peak_gib"), "host estimate GiB": r.get("host_estimate_gib"),
+                             "host error %": r.get("host_error_pct"), "disk GiB": r.get("disk_gib"),
+                             "disk estimate GiB": r.get("disk_estimate_gib"),
                              "achieved/floor": r.get("achieved_over_floor"),
                              "read GB/s": r.get("bandwidth_read_gb_s"), "write GB/s": r.get("bandwidth_write_gb_s"),
-                             "note": "" if r.get("status") == "ok" else str(r.get("message") or "")[:200]})
+                             "_cause": cause, "note": "" if ok else str(r.get("message") or "")[:200]})
             fit = data.get("host_fit") or {}
             if fit.get("status") == "ok":
-                rows.append({"file": f.name, "kind": "7B host extrapolation", "model": (fit.get("target") or {}).get("model"),
+                rows.append({"file": f.name, "date": date, "kind": "7B host extrapolation",
+                             "model": (fit.get("target") or {}).get("model"),
                              "params": fit.get("target_params"), "host peak GiB": fit.get("central_gib"),
                              "host estimate GiB": fit.get("target_estimate_gib"), "note": fit.get("verdict")})
         elif isinstance(data, Mapping) and isinstance(data.get("settings"), list):
             ok = [s for s in data["settings"] if isinstance(s, Mapping) and s.get("read_gb_s") and s.get("write_gb_s")]
             default = next((s for s in ok if all(s.get(k) == v for k, v in AIO_DEFAULTS.items())), None)
             best = next((s for s in ok if s.get("name") == data.get("best")), None)
-            rows.append(_bandwidth_row(f.name, "disk probe", default, data.get("best"), best))
+            rows.append(_bandwidth_row(f.name, "disk probe", default, data.get("best"), best, date))
         else:
             rows.append({"file": f.name, "kind": "not understood",
                          "note": "neither an NVMe runs record (runs) nor a disk probe (settings)"})
+    for row in rows:  # a known stop: was a finished run of that model recorded later?
+        cause = row.pop("_cause", None)
+        if cause:
+            later = any(o.get("kind") == "NVMe run" and o.get("status") == "ok" and o.get("model") == row["model"]
+                        and str(o.get("date") or "") > str(row.get("date") or "") for o in rows)
+            row["cause"] = cause[1] + ("" if later else f"; not re-run since (no later finished {row['model']} run "
+                                                         "in these records)")
+            row["cause (short)"] = cause[0] + ("" if later else ", not re-run")
     return pd.DataFrame(rows, columns=REFERENCE_COLUMNS)
+
+
+#: Columns of :func:`reference_run_table`.
+RUN_TABLE_COLUMNS = ["date", "model", "parameters (B)", "aio", "status", "s/step", "tokens/s", "host peak GiB",
+                     "host estimate GiB", "host error %", "disk GiB", "disk estimate GiB", "achieved/floor",
+                     "stopped with"]
+
+
+def reference_run_table(frame=None):
+    """The NVMe training runs of :func:`reference_runs` (``frame``, default: the shipped ones) as notebook 06 shows
+    them: one row per run, :data:`RUN_TABLE_COLUMNS` — model, parameters in billions, the aio setting (DeepSpeed's
+    ``default`` or the call's ``tuned``), status, s/step, tokens/s, host peak beside the estimate (GiB, error % =
+    (estimate − measured) / measured), swap-file GiB beside the estimate, achieved/floor (the disk-only floor over
+    the measured step), and for a run that did not finish its message with the known cause. Rounded for reading;
+    no raw None/NaN (:func:`cookbook.tables.tidy_frame`: ``—``)."""
+    import pandas as pd
+    from .tables import tidy_frame
+    df = reference_runs() if frame is None else frame
+    runs = df[df["kind"] == "NVMe run"] if len(df) else df
+    rows = []
+    for _, r in runs.iterrows():
+        def num(col, nd):
+            v = r.get(col)
+            return round(float(v), nd) if isinstance(v, (int, float)) and not pd.isna(v) else None
+        stop = ""
+        if r.get("status") != "ok":
+            stop = str(r.get("note") or r.get("status"))
+            if isinstance(r.get("cause"), str) and r.get("cause"):
+                stop += f" — {r['cause']}"
+        params = r.get("params")
+        rows.append({"date": r.get("date"), "model": r.get("model"),
+                     "parameters (B)": round(params / 1e9, 2) if isinstance(params, (int, float)) and not pd.isna(params)
+                     else None, "aio": r.get("aio"), "status": r.get("status"), "s/step": num("s/step", 2),
+                     "tokens/s": num("tokens/s", 0), "host peak GiB": num("host peak GiB", 2),
+                     "host estimate GiB": num("host estimate GiB", 2), "host error %": num("host error %", 1),
+                     "disk GiB": num("disk GiB", 2), "disk estimate GiB": num("disk estimate GiB", 2),
+                     "achieved/floor": num("achieved/floor", 2), "stopped with": stop})
+    return tidy_frame(pd.DataFrame(rows, columns=RUN_TABLE_COLUMNS), rehearsal=False)
+
+
+def _aio_words(block) -> str:
+    try:
+        b = json.loads(block) if isinstance(block, str) and block.startswith("{") else block
+    except json.JSONDecodeError:
+        b = block
+    if not isinstance(b, Mapping):
+        return str(b)
+    return (f"block {b.get('block_size', 0) / 2**20:g} MiB, queue depth {b.get('queue_depth')}, "
+            f"{b.get('intra_op_parallelism')} thread(s)")
+
+
+def reference_lines(frame=None) -> list[str]:
+    """One short line per bandwidth measurement in :func:`reference_runs` (``frame``, default: the shipped ones):
+    DeepSpeed's default aio read/write GB/s beside the tuned setting's, and the ratio; and the LLaMA-7B host-RAM
+    extrapolation's verdict. [] when there are none."""
+    import pandas as pd
+    df = reference_runs() if frame is None else frame
+    lines = []
+    for _, r in df.iterrows():
+        if r["kind"] in ("disk probe", "aio tune"):
+            what = "disk probe, benchmarks/nvme_bench.py" if r["kind"] == "disk probe" else "cookbook nvme-tune"
+            rd, wr, trd, twr = (r.get(c) for c in ("read GB/s", "write GB/s", "tuned read GB/s", "tuned write GB/s"))
+            have = lambda *v: all(isinstance(x, (int, float)) and not pd.isna(x) for x in v)  # noqa: E731
+            line = f"{r['file']} — {what}: DeepSpeed's default aio " + (
+                f"read {rd:.2f} / write {wr:.2f} GB/s" if have(rd, wr) else "not measured")
+            if have(trd, twr):
+                line += f"; tuned ({_aio_words(r.get('tuned aio'))}) read {trd:.2f} / write {twr:.2f} GB/s"
+                if have(rd, wr):
+                    line += f" ({trd / rd:.2f}× / {twr / wr:.2f}×)"
+            lines.append(line)
+        elif r["kind"] == "7B host extrapolation" and r.get("note"):
+            lines.append(f"{r['file']} — LLaMA-7B's host RAM extrapolated from the measured runs: {r['note']}")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1464,6 +1591,6 @@ def register(subparsers) -> None:
 
 
 __all__ = ["AIO_DEFAULTS", "AIO_KEYS", "BANDWIDTH_RECORD", "CONSUMER_PCIE4_SSD", "DEFAULT_SWEEP", "ENDURANCE_NOTE",
-           "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "REFERENCE_COLUMNS", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
-           "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "reference_runs", "register", "run_io_summary",
+           "KNOWN_STOPS", "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "REFERENCE_COLUMNS", "RUN_TABLE_COLUMNS", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
+           "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "reference_lines", "reference_run_table", "reference_runs", "register", "run_io_summary",
            "sweep_settings", "tune", "validate_aio"]

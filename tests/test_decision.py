@@ -125,3 +125,48 @@ def test_lint_pin_memory_fix_only_when_it_fits():
             _suggested_fit(fix, host)
     assert (estimate(plan.replace(host_memory_gib=256.0), ds_config=cfg).host_gib["total"]
             - estimate(plan.replace(host_memory_gib=256.0), ds_config=cfg).host_gib["pinned_rounding"]) > 256
+
+
+# ----------------------------------------------------------------------------------------------
+# notebook 06's choice: one estimate, one rounding, the alternatives with their numbers
+
+LLAMA = dict(model="llama-7b", num_gpus=1, gpu_memory_gib=24.0, seq_len=1024, micro_batch=2, grad_accum=8,
+             precision="bf16", zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+N_LLAMA7B = 6_738_415_616
+
+
+def _figures(text):
+    return set(re.findall(r"(\d+\.\d) GiB", text))
+
+
+def test_offload_choice_says_one_rounding_and_the_alternatives():
+    from cookbook.memory import choose_offload_run
+    f32 = estimate(Plan(**LLAMA, host_memory_gib=64)).host_gib["total"]
+    b16 = estimate(Plan(**LLAMA, host_memory_gib=64), bf16_states=True).host_gib["total"]
+    nv = estimate(Plan(**dict(LLAMA, offload_optimizer="nvme", offload_param="nvme"), host_memory_gib=64,
+                       nvme_path="/nvme")).host_gib["total"]
+    disk = 18 * N_LLAMA7B / 2 ** 30  # fp32 master, m, v, gradients (16 B) + bf16 weights (2 B) per parameter
+    need = disk * 1.05 + 1           # launch's margin: + 5 % + 1 GiB
+    weights = 2 * N_LLAMA7B / 2 ** 30
+    assert b16 < 64 * 2 < f32 and nv < 64 < b16
+    # the article's desktop: NVMe offload; the reason and every alternative use the same figures
+    desk = choose_offload_run(Plan(**LLAMA, host_memory_gib=64), nvme_ok=True, nvme_free_gib=None)
+    assert desk.kind == "NVMe offload" and desk.plan.offload_param == "nvme"
+    text = " ".join(desk.lines("desktop"))
+    allowed = {f"{x:.1f}" for x in (64, f32, b16, nv, disk, need, weights)}
+    assert _figures(text) <= allowed and {f"{f32:.1f}", f"{b16:.1f}", f"{disk:.1f}", f"{need:.1f}"} <= _figures(text)
+    assert f"{math.ceil(f32)} GiB" not in text  # no second rounding of the same figure (154 beside 153.0)
+    assert [a.split(":")[0] for a in desk.alternatives] == ["more host RAM", "LoRA instead of a full fine-tune"]
+    assert f"{weights:.1f} GiB" in desk.alternatives[1]
+    # a 125.85 GiB machine with 14.27 GiB free: bf16 states; the alternatives say fp32's RAM and NVMe's disk
+    here = choose_offload_run(Plan(**LLAMA, host_memory_gib=125.85), nvme_ok=True, nvme_free_gib=14.27)
+    assert here.kind == "bf16 states" and here.bf16_states
+    assert here.alternatives[0].startswith(f"more host RAM: {f32:.1f} GiB for fp32 states")
+    assert f"{disk:.1f} GiB of swap files" in here.alternatives[1]
+    assert f"not here: {need:.1f} GiB needed on the SSD, 14.3 GiB free" in here.alternatives[1]
+    # NVMe needs the margin, not just the swap files: free = swap files + 0.5 GiB is not enough
+    tight = choose_offload_run(Plan(**LLAMA, host_memory_gib=64), nvme_ok=True, nvme_free_gib=disk + 0.5)
+    assert tight.plan is None and f"{need:.1f} GiB needed on the SSD" in tight.reason
+    assert choose_offload_run(Plan(**LLAMA, host_memory_gib=64), nvme_ok=True,
+                              nvme_free_gib=need + 0.1).kind == "NVMe offload"
+    assert desk.to_dict()["plan"]["micro_batch"] == 2 and desk.to_dict()["nvme_disk_needed_gib"] == pytest.approx(need, rel=1e-4)

@@ -532,6 +532,7 @@ def test_choose_offload_run_follows_host_ram_and_nvme():
     assert c.kind == "NVMe offload" and c.plan.offload_optimizer == "nvme"
     c = pick(b16 - 1, nvme_ok=False, nvme_free_gib=None)
     assert c.plan is None and "async_io" in c.reason
-    assert [a.split(":")[0].split(" instead")[0] for a in c.alternatives] == ["more host RAM", "NVMe offload", "LoRA"]
+    assert [a.split(":")[0].split(" instead")[0].split(" (")[0] for a in c.alternatives] == ["more host RAM", "NVMe offload",
+                                                                                           "LoRA"]
     c = pick(b16 - 1, nvme_ok=True, nvme_free_gib=1.0)
     assert c.plan is None and "on the SSD" in c.reason

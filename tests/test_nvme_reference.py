@@ -87,3 +87,114 @@ def test_reference_runs_reads_the_converted_record(results, tmp_path, monkeypatc
     assert rec["bandwidth"]["speedup_vs_default"]["write"] == 1.547
     (tmp_path / "x_nvme_other.json").write_text("[1, 2]")
     assert reference_runs(tmp_path)["kind"].iloc[-1] == "not understood"
+
+
+# ----------------------------------------------------------------------------------------------
+# notebook 06's "NVMe offload measured on GPUs": one tidy row per run, the bandwidth as short lines
+
+def _record(date, runs, free=14.2682):
+    return {"kind": "nvme_runs", "date": date, "machine": {"disk_free_gib": free},
+            "bandwidth": {"default": {"read_gb_s": 0.937, "write_gb_s": 2.1578},
+                          "best": {"read_gb_s": 1.1202, "write_gb_s": 2.1688},
+                          "best_aio": {"block_size": 1048576, "queue_depth": 32, "intra_op_parallelism": 4,
+                                       "single_submit": False, "overlap_events": True}},
+            "runs": runs}
+
+
+def _run(model, aio, status, message, **measured):
+    return {"model": model, "params": 1_100_048_384, "aio": aio, "status": status, "message": message, **measured}
+
+
+def test_reference_run_table_rows_causes_and_bandwidth_lines(tmp_path):
+    from cookbook.nvme import RUN_TABLE_COLUMNS, reference_lines, reference_run_table
+    ok = _run("m-small", "default", "ok", "4 steps", s_per_step=3.0954, tokens_per_s=1323.26, host_peak_gib=6.6618,
+              host_estimate_gib=5.6288, host_error_pct=-15.5, disk_gib=2.248, disk_estimate_gib=1.998,
+              achieved_over_floor=1.0610)
+    buffers = _run("m-big", "default", "failed", "rank0: AssertionError: Not enough buffers 0 for swapping 1",
+                   disk_estimate_gib=18.44)
+    full = _run("m-big", "tuned", "failed", "rank0: OSError: [Errno 28] No space left on device",
+                disk_gib=15.81, disk_estimate_gib=18.44)
+    (tmp_path / "a_nvme_runs_2026-12-01.json").write_text(json.dumps(_record("2026-12-01", [ok, buffers, full])))
+    frame = reference_runs(tmp_path)
+    table = reference_run_table(frame)
+    assert list(table.columns) == RUN_TABLE_COLUMNS and len(table) == 3  # runs only: no bandwidth row
+    first = table.iloc[0]
+    assert (first["model"], first["aio"], first["status"]) == ("m-small", "default", "ok")
+    assert (first["s/step"], first["tokens/s"], first["host peak GiB"], first["host estimate GiB"]) == \
+        (3.1, 1323.0, 6.66, 5.63)
+    assert (first["disk GiB"], first["disk estimate GiB"], first["achieved/floor"]) == (2.25, 2.0, 1.06)
+    assert first["parameters (B)"] == 1.1 and first["stopped with"] == ""
+    stop = table.iloc[1]["stopped with"]
+    assert stop.startswith("rank0: AssertionError: Not enough buffers 0 for swapping 1 — DeepSpeed #3062")
+    assert "build_config" in stop and "not re-run since" in stop
+    assert table.iloc[1]["s/step"] == "—" and table.iloc[1]["tokens/s"] == "—"  # nothing measured, no NaN shown
+    disk = table.iloc[2]["stopped with"]  # 18.44 estimated against the record's 14.2682 GiB free
+    assert "No space left on device" in disk and "18.4 GiB of swap files estimated, 14.3 GiB free" in disk
+    assert not any(str(v) in ("nan", "None") for v in table.to_numpy().ravel())
+    assert list(frame["cause (short)"].dropna()) == ["DeepSpeed #3062; fixed since in build_config, not re-run",
+                                                      "disk full; launch now refuses it before the start, not re-run"]
+    # the bandwidth: default vs tuned, ratios by hand: 1.1202 / 0.937 = 1.196, 2.1688 / 2.1578 = 1.005
+    (line,) = reference_lines(frame)
+    assert line == ("a_nvme_runs_2026-12-01.json — cookbook nvme-tune: DeepSpeed's default aio read 0.94 / write "
+                    "2.16 GB/s; tuned (block 1 MiB, queue depth 32, 4 thread(s)) read 1.12 / write 2.17 GB/s "
+                    "(1.20× / 1.01×)")
+    # a later record with a finished run of the same model: the stop is no longer "not re-run"
+    later = _run("m-big", "default", "ok", "4 steps", s_per_step=20.0, tokens_per_s=204.8)
+    (tmp_path / "b_nvme_runs_2026-12-05.json").write_text(json.dumps(_record("2026-12-05", [later])))
+    frame = reference_runs(tmp_path)
+    assert list(frame["cause (short)"].dropna()) == ["DeepSpeed #3062; fixed since in build_config",
+                                                      "disk full; launch now refuses it before the start"]
+
+
+def test_shipped_3062_stop_is_fixed_in_build_config():
+    """The shipped record's 1.1B run stopped with DeepSpeed #3062: its config then (stage3_max_reuse_distance 1e9,
+    DeepSpeed's default, with the run's recorded offload_param block) is flagged by the linter; the one
+    build_config writes now for the same rung is not — what "fixed since in build_config" says."""
+    import copy
+    from pathlib import Path
+
+    from cookbook.dsconfig import build_config
+    from cookbook.lint import lint
+    from cookbook.plan import Plan
+    root = Path(__file__).resolve().parent.parent
+    rec = json.loads((root / "data" / "reference" / "h200_nvme_runs_2026-12-01.json").read_text())
+    run = next(r for r in rec["runs"] if "Not enough buffers" in str(r.get("message")))
+    model = str(root / "benchmarks" / "models" / run["model"])
+    plan = Plan(model=model, num_gpus=1, gpu_memory_gib=24, zero_stage=3, offload_optimizer="nvme",
+                offload_param="nvme", nvme_path="/tmp/nvme", micro_batch=run["micro_batch"],
+                grad_accum=run["grad_accum"], seq_len=run["seq_len"], precision="bf16")
+    new = build_config(plan, "accelerate", lr=1e-5, warmup_steps=1, total_steps=4)
+    old = copy.deepcopy(new)
+    old["zero_optimization"]["stage3_max_reuse_distance"] = 10 ** 9
+    old["zero_optimization"]["offload_param"].update(run["offload_param"])
+    assert new["zero_optimization"]["stage3_max_reuse_distance"] == 0
+
+    def flagged(cfg):
+        return [f for f in lint(cfg, world_size=1, mode="accelerate", model=model, plan=plan)
+                if f.path == "zero_optimization.offload_param.buffer_count"]
+    assert flagged(old) and "#3062" in flagged(old)[0].message and not flagged(new)
+    cause = reference_runs()
+    cause = cause[cause["note"].astype(str).str.contains("Not enough buffers")]["cause"].iloc[0]
+    assert "#3062" in cause and "build_config" in cause
+
+
+def test_check_run_shows_units_and_error(tmp_path):
+    """The notebook's own NVMe run beside the estimate: MiB below 1 GiB, error % = (estimate − measured) / measured."""
+    from cookbook.nvme import check_run, estimate_nvme
+    from cookbook.plan import Plan
+    plan = Plan(model="tiny-llama", num_gpus=1, zero_stage=3, offload_optimizer="nvme", offload_param="nvme",
+                nvme_path=str(tmp_path), micro_batch=1, grad_accum=1, seq_len=32, precision="bf16")
+    est = estimate_nvme(plan, device="cpu")
+    (tmp_path / "zero_stage_3").mkdir()
+    (tmp_path / "zero_stage_3" / "a.swp").write_bytes(b"\0" * 4 * 2 ** 20)  # 4 MiB of swap files
+    summary = {"nvme_io": {"measured_disk_io": {"read_gb_per_step": est.read_bytes_per_step / 1e9 * 1.1,
+                                                "write_gb_per_step": None}}}
+    table = check_run(plan, None, summary, device="cpu").set_index("quantity")
+    disk = table.loc["SSD bytes (swap files)"]
+    assert est.disk_bytes < GIB and disk["unit"] == "MiB" and disk["measured"] == 4.0
+    assert disk["estimate"] == round(est.disk_bytes / 2 ** 20, 3)
+    assert disk["error %"] == round(100 * (est.disk_bytes - 4 * 2 ** 20) / (4 * 2 ** 20), 1)
+    read = table.loc["bytes read per optimizer step (/proc/self/io)"]
+    assert read["error %"] == pytest.approx(round(100 * (1 / 1.1 - 1), 1))
+    written = table.loc["bytes written per optimizer step (/proc/self/io)"]
+    assert written["measured"] == "—" and written["error %"] == "—"  # not measured: said, not NaN

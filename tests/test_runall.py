@@ -589,3 +589,91 @@ def test_params_values_are_checked_against_the_declared_types(tmp_path):
     with pytest.raises(runall.RunAllError, match=r"-p MAX_STEPS abc: notebook \S+: MAX_STEPS: 'abc' is str"):
         runall.parameters_for(nbs, [("MAX_STEPS", "abc")])
     assert runall.parameters_for(nbs, [("02:MODEL", "7")])["02_zero2"] == {"MODEL": "7"}  # declared str: kept
+
+
+# ----------------------------------------------------------------------------------------------
+# the answers: the host RAM the 8 × 4090 row assumes, what NVMe measured, the batch shape of the reference
+
+N_LLAMA7B = 6_738_415_616
+LLAMA_1X4090 = dict(model="llama-7b", num_gpus=1, gpu_memory_gib=24.0, seq_len=1024, micro_batch=2, grad_accum=8,
+                    precision="bf16", zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+
+
+def test_answers_8x4090_row_names_its_host_ram_and_the_recorded_256_gib_box(tmp_path):
+    plan = Plan(model="qwen-14b", num_gpus=8, gpu_memory_gib=24.0, host_memory_gib=512.0, seq_len=512, micro_batch=1,
+                grad_accum=16, precision="bf16", zero_stage=3, offload_optimizer="cpu")
+    te = memory.estimate(plan).to_dict()  # what notebook 05 records as target_estimate
+    recorded = json.loads((reference.FACTS_DIR / "host256_8xrtx4090.json").read_text())["host_memory_gib"]
+    there = memory.estimate(plan.replace(host_memory_gib=recorded))
+    b16 = memory.estimate(plan.replace(host_memory_gib=recorded), bf16_states=True)
+    assert te["fits_host"] and there.host_gib["total"] > recorded and b16.fits  # 263.9 > 256; bf16 states fit
+    rows = answers_mod.answers_frame({"05_final_8x4090": results.load_results(_fake_results(
+        tmp_path / "05", "05_final_8x4090", True, target_estimate=te))}).set_index("notebook")
+    row = rows.loc["05_final_8x4090"]
+    assert row["fits host"] == f"yes at 512 GiB; no at {recorded:g} GiB"
+    assert "host RAM assumed: 512 GiB" in row["note"]
+    assert f"({recorded:g} GiB, host256_8xrtx4090.json) ZeRO-3 + opt→cpu needs {there.host_gib['total']:.1f} GiB: " \
+           "does not fit" in row["note"]
+    assert (f"what fits there: ZeRO-3 + opt→cpu with bf16 states (--bf16-states), host "
+            f"{b16.host_gib['total']:.1f}/{recorded:g} GiB") in row["note"]
+
+
+def _floor(n, mb, ga, seq, c):
+    """benchmarks/report.py's serial floor for ZeRO-3 + optimizer and parameter offload on one GPU, by hand."""
+    return (8 * n * mb * ga * seq / (c["bf16_matmul_tflops"] * 1e12) + 4 * n * ga / (c["h2d_gb_s"] * 1e9)
+            + 2 * n * ga / (c["d2h_gb_s"] * 1e9) + n / c["cpu_adam_params_per_s"])
+
+
+def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path):
+    desktop = memory.choose_offload_run(Plan(**LLAMA_1X4090, host_memory_gib=64.0), nvme_ok=True, nvme_free_gib=None)
+    skipped = "TRY_NVME is False; it could not run here anyway: 119.6 GiB needed, 14.3 GiB free"
+    summary = {"tokens_per_s": 427.26, "device": "NVIDIA H200", "world_size": 1, "num_params": N_LLAMA7B,
+               "model": "llama-7b", "micro_batch": 2, "grad_accum": 8, "seq_len": 1024, "zero_stage": 3,
+               "offload_optimizer": "cpu", "offload_param": "cpu", "step_time_s": 38.39}
+    label = "ZeRO-3 + opt→cpu + param→cpu"
+    road = {"floors": [{"disk": "consumer PCIe 4.0 SSD (datasheets)", "read GB/s": 7.0, "write GB/s": 6.5,
+                        "SSD-only floor s/step": 64.1, "tokens/s at most": 255.6}]}
+    results.record(tmp_path / "06", "06_final_1x4090", rehearsal=False, central=label, expected="ok",
+                   runs={label: {"status": "ok", "summary": summary, "metrics": [{"loss": 11.2}],
+                                 "estimate": {"device": "cuda"}}},
+                   desktop_choice=desktop.to_dict(), nvme_status="skipped", nvme_skipped_reason=skipped,
+                   this_machine_choice={"kind": "bf16 states", "bf16_states": True, "label": label}, nvme_road=road)
+    row = answers_mod.answers_frame({"06_final_1x4090": results.load_results(tmp_path / "06")}).iloc[-1]
+    assert desktop.reason.rstrip(".") in row["recipe"] and all(a in row["recipe"] for a in desktop.alternatives)
+    assert f"with bf16 states, llama-7b, micro batch 2 × accumulation 8 × 1024 tokens" in row["measured here"]
+    note = row["note"]
+    assert f"this notebook's NVMe run: skipped ({skipped})" in note
+    # every NVMe run of the shipped reference, with its outcome; 7B never ran with NVMe on a GPU
+    shipped = json.loads((ROOT / "data" / "reference" / "h200_nvme_runs_2026-12-01.json").read_text())["runs"]
+    for r in shipped:
+        assert f"{r['model']} ({r['aio']} aio) {r['status']}" in note, r["name"]
+    assert not any(r["model"] == "llama-7b" and r["status"] == "ok" for r in shipped)
+    assert "LLaMA-7B itself has not run with NVMe offload on a GPU" in note
+    assert "(DeepSpeed #3062; fixed since in build_config, not re-run)" in note
+    assert "at least 64.1 s a step, at most 256 tokens/s" in note
+    # the reference run of LLaMA-7B at micro 8 × 2 beside this run at 2 × 8: shapes, floors, measured steps
+    h200 = json.loads((ROOT / "data" / "reference" / "h200x2_2026-11-30.json").read_text())
+    ref = next(r for r in h200["rungs"] if r["name"] == "llama7b-z3-offall-bf16-states")
+    c = reference.reference_ceilings()  # the measured H200 ceilings the projections use (first file that has them)
+    mb, ga = ref["plan"]["micro_batch"], ref["plan"]["grad_accum"]
+    assert (mb, ga) == (8, 2)
+    f_ref, f_run = _floor(N_LLAMA7B, mb, ga, 1024, c), _floor(N_LLAMA7B, 2, 8, 1024, c)
+    assert (f"{ref['tokens_per_s']:,.0f} tokens/s, RTX 4090 projection "
+            f"{ref['projection_rtx4090']['tokens_per_s']:,.0f}) used micro batch 8 × accumulation 2 × 1024 tokens, "
+            "this run 2 × 8 × 1024: the same 16 rows per optimizer step") in note
+    assert "8 times a step instead of 2" in note
+    assert f"{f_run:.1f} s vs {f_ref:.1f} s" in note
+    assert f"measured 38.4 s vs {ref['step_time_s']:.1f} s a step ({f_run / 38.39:.2f} vs " \
+           f"{f_ref / ref['step_time_s']:.2f} of the floor)" in note
+    # the rehearsal's row: the reference projection is for 8 × 2; at the recipe's 2 × 8 the same fraction gives less
+    results.record(tmp_path / "r06", "06_final_1x4090", rehearsal=True, central="central", expected="ok",
+                   runs={"central": {"status": "ok", "summary": {"tokens_per_s": 900.0, "device": "cpu",
+                                                                 "world_size": 1, "num_params": 354_624},
+                                     "metrics": [{"loss": 2.0}], "estimate": {"device": "cpu"}}},
+                   desktop_choice=desktop.to_dict())
+    note = answers_mod.answers_frame({"06_final_1x4090": results.load_results(tmp_path / "r06")}).iloc[-1]["note"]
+    r4090 = answers_mod.RTX4090_MODEL
+    at_recipe = ref["projection_rtx4090"]["tokens_per_s"] * _floor(N_LLAMA7B, 8, 2, 1024, r4090) \
+        / _floor(N_LLAMA7B, 2, 8, 1024, r4090)
+    assert "the recipe 2 × 8 × 1024: the same 16 rows" in note
+    assert f"at the recipe's shape the same fraction of the RTX 4090 floor gives ~{at_recipe:,.0f} tokens/s" in note
