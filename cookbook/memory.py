@@ -776,9 +776,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
                 reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
                                "activation, whatever the batch size")
             else:
+                levers = ([f"micro batch {plan.micro_batch}"] if plan.micro_batch > 1 else []) + ["seq_len"]
                 reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB > {plan.gpu_memory_gib:g} GiB; activations are "
-                               f"{gpu_gib['activations']:.1f} GiB: lower micro_batch/seq_len or turn on gradient "
-                               "checkpointing")
+                               f"{gpu_gib['activations']:.1f} GiB: lower " + " or ".join(levers)
+                               + ("" if plan.gradient_checkpointing else " or turn on gradient checkpointing"))
         else:
             reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB of {plan.gpu_memory_gib:g} GiB "
                            f"({plan.gpu_memory_gib - gpu_gib['total']:.1f} GiB left); largest part: "

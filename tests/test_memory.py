@@ -536,3 +536,15 @@ def test_choose_offload_run_follows_host_ram_and_nvme():
                                                                                            "LoRA"]
     c = pick(b16 - 1, nvme_ok=True, nvme_free_gib=1.0)
     assert c.plan is None and "on the SSD" in c.reason
+
+
+def test_activation_advice_names_only_levers_left():
+    """The over-budget reason offers only what the plan has not used: micro batch 1 and checkpointing on leave
+    seq_len alone; micro batch 2 without checkpointing offers all three (LLaMA-7B, ZeRO-3 full offload, seq 32768:
+    34.5 GiB against 24)."""
+    base = dict(model="llama-7b", num_gpus=1, gpu_memory_gib=24, seq_len=32768, zero_stage=3,
+                offload_optimizer="cpu", offload_param="cpu", precision="bf16")
+    tight = estimate(Plan(micro_batch=1, gradient_checkpointing=True, **base)).reasons[0]
+    assert tight.endswith("lower seq_len"), tight
+    loose = estimate(Plan(micro_batch=2, gradient_checkpointing=False, **base)).reasons[0]
+    assert "lower micro batch 2 or seq_len or turn on gradient checkpointing" in loose, loose
