@@ -1641,6 +1641,11 @@ def _run(args) -> int:
         tiny = is_rehearsal_model(plan.model)  # only the tiny models have a default lr and length (see launch)
         lr_d = d["lr"] if d["lr"] is not None else (REHEARSAL_LR if tiny else None)
         steps_d = d["max_steps"] if d["max_steps"] is not None else (REHEARSAL_MAX_STEPS if tiny else None)
+        if not args.model and tiny:  # a template resolved for the rehearsal is not a config for a real run
+            notes.append(f"model: not given, so every \"auto\" that depends on the model or the run is filled for "
+                         f"{plan.model}, the CPU rehearsal's tiny model (its default lr {lr_d:g} and {steps_d} steps "
+                         "unless typed, buckets from its hidden size) — for a real run give --model NAME (and --lr, "
+                         "--max-steps or --num-epochs), as cookbook launch --config needs them")
         opts = dict(stated=stated, names=names, lr=args.lr if args.lr is not None else lr_d,
                     max_steps=args.max_steps if args.max_steps is not None else steps_d,
                     warmup_steps=args.warmup_steps, machine=args.gpu is None)

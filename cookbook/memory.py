@@ -776,23 +776,33 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
                 reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
                                "activation, whatever the batch size")
             else:
-                levers = ([f"micro batch {plan.micro_batch}"] if plan.micro_batch > 1 else []) + ["seq_len"]
+                levers = ([f"--micro-batch {plan.micro_batch}"] if plan.micro_batch > 1 else []) + [f"--seq-len {plan.seq_len}"]
                 reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB > {plan.gpu_memory_gib:g} GiB; activations are "
                                f"{gpu_gib['activations']:.1f} GiB: lower " + " or ".join(levers)
-                               + ("" if plan.gradient_checkpointing else " or turn on gradient checkpointing"))
+                               + ("" if plan.gradient_checkpointing else " or turn on --gradient-checkpointing"))
         else:
             reasons.append(f"GPU: {gpu_gib['total']:.1f} GiB of {plan.gpu_memory_gib:g} GiB "
                            f"({plan.gpu_memory_gib - gpu_gib['total']:.1f} GiB left); largest part: "
                            f"{GPU_COMPONENTS[max(gpu_gib, key=lambda k: gpu_gib[k] if k != 'total' else -1)]}")
-    host_line = (f"host: {host_gib['total']:.1f} GiB per machine at peak (offloaded states "
-                 f"{(states * r) / GIB:.1f} GiB, DeepSpeed's pinned staging {host_gib['pinned_staging']:.1f} GiB, "
-                 f"power-of-two rounding of pinned buffers {host_gib['pinned_rounding']:.1f} GiB); DeepSpeed's "
-                 f"estimator says {ds_host_no_factor / GIB:.1f} GiB of model states, "
-                 f"{ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB:.1f} GiB with its 1.5× buffer factor")
-    if fits_host is False:
-        reasons.append(host_line.replace("host:", "host does not fit:", 1) + f" > {plan.host_memory_gib:g} GiB")
+    # the terms that make the total, largest first, zeros left out (an NVMe plan's are its swap buffers)
+    parts = [("offloaded states", (states * r) / GIB), ("DeepSpeed's pinned staging", host_gib["pinned_staging"]),
+             ("power-of-two rounding of pinned buffers", host_gib["pinned_rounding"]),
+             ("NVMe swap buffers, staging and flat buffers", host_gib.get("nvme_buffers", 0.0)),
+             ("NVMe transient buffers", host_gib.get("nvme_transient", 0.0))]
+    parts = [f"{name} {v:.1f} GiB" for name, v in sorted(parts, key=lambda p: -p[1]) if v >= 0.05]
+    ds_gib = (ds_host_no_factor / GIB, ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB)
+    if ds_host_no_factor <= 0:
+        ds_line = "DeepSpeed's estimator counts no host model states for this variant"
+    elif plan.offload_optimizer == "none" and plan.offload_param == "none":  # its cpu_mem without offload: each rank's fp32 copy at load
+        ds_line = (f"DeepSpeed's estimator (cpu_mem: every rank's fp32 copy while loading) says {ds_gib[0]:.1f} GiB, "
+                   f"{ds_gib[1]:.1f} GiB with its 1.5× buffer factor — a loading bound, not this variant's training "
+                   "peak, which the estimate above counts (calibrated on measured host peaks, docs/benchmarks.md §6)")
     else:
-        reasons.append(host_line)
+        ds_line = (f"DeepSpeed's estimator says {ds_gib[0]:.1f} GiB of model states, {ds_gib[1]:.1f} GiB with its "
+                   "1.5× buffer factor")
+    over = f" > {plan.host_memory_gib:g} GiB" if fits_host is False else ""
+    reasons.append(f"host{' does not fit' if fits_host is False else ''}: {host_gib['total']:.1f} GiB{over} per "
+                   "machine at peak" + (f" ({', '.join(parts)})" if parts else "") + f"; {ds_line}")
     nvme_dict = None
     if nvme_est is not None:
         from .nvme import recorded_bandwidth
@@ -1448,7 +1458,7 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     free = "" if nvme_free_gib is None else f", {g(nvme_free_gib)} free at the NVMe path"
     need = (f"host RAM {have}; needed: fp32 states {g(f32.host_gib['total'])}, bf16 states "
             f"{g(b16.host_gib['total'])}, NVMe offload {g(nv.host_gib['total'])} of RAM + {g(disk)} on the SSD "
-            f"({g(disk_need)} free with the margin{free})")
+            f"({g(disk_need)} needed with the margin{free})")
     extra = dict(nvme_disk_gib=disk, nvme_disk_needed_gib=disk_need, nvme_free_gib=nvme_free_gib)
     nvme_room = nvme_free_gib is None or disk_need <= nvme_free_gib
     why_not_nvme = ("DeepSpeed's async_io op is not usable here (libaio)" if not nvme_ok else
@@ -1456,7 +1466,7 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
                     f"its {g(nv.host_gib['total'])} of RAM do not fit" if nv.fits_host is False else
                     "it does not fit the GPU" if not nv.fits_gpu else None)
     nvme_alt = (f"NVMe offload (fp32 states on the SSD): {g(disk)} of swap files on a fast SSD "
-                f"({g(disk_need)} free with the margin) and {g(nv.host_gib['total'])} of RAM"
+                f"({g(disk_need)} needed with the margin) and {g(nv.host_gib['total'])} of RAM"
                 + (f"; not here: {why_not_nvme}" if why_not_nvme else "; possible here") + "; SSD-bound: slower")
     fp32_ram = f"more host RAM: {g(f32.host_gib['total'])} for fp32 states (exact Adam updates; have {have})"
     weights = 2 * f32.params / GIB

@@ -577,3 +577,21 @@ def test_unknown_zenflow_keys_are_caught_like_deepspeed_does():
     assert "topk_ratio" in known_keys()["zero_optimization.zenflow"]
     ok = dict(cfg, zero_optimization=dict(cfg["zero_optimization"], zenflow={"topk_ratio": 0.01}))
     assert not [f for f in lint(ok, world_size=1) if f.path.startswith("zero_optimization.zenflow.")]
+
+
+def test_resolve_without_model_says_it_filled_for_the_rehearsal(tmp_path, capsys):
+    """A template resolved without --model gets the tiny rehearsal model's lr (3e-3) and buckets: the console
+    says so and names --model (a fresh user wrote such a file and read only 'no problems found')."""
+    from cookbook import cli
+    src = tmp_path / "auto.json"
+    src.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                               "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+                               "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}))
+    assert cli.main(["lint", str(src), "--world-size", "2", "--resolve", "-o", str(tmp_path / "r.json")]) == 0
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "model: not given" in text and "tiny-qwen2" in text and "--model NAME" in text
+    assert json.loads((tmp_path / "r.json").read_text())["optimizer"]["params"]["lr"] == 3e-3
+    assert cli.main(["lint", str(src), "--world-size", "2", "--model", "llama-7b", "--lr", "1e-5", "--max-steps",
+                     "10", "--resolve", "-o", str(tmp_path / "r2.json")]) == 0
+    assert "model: not given" not in "".join(capsys.readouterr())

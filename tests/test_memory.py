@@ -545,6 +545,6 @@ def test_activation_advice_names_only_levers_left():
     base = dict(model="llama-7b", num_gpus=1, gpu_memory_gib=24, seq_len=32768, zero_stage=3,
                 offload_optimizer="cpu", offload_param="cpu", precision="bf16")
     tight = estimate(Plan(micro_batch=1, gradient_checkpointing=True, **base)).reasons[0]
-    assert tight.endswith("lower seq_len"), tight
+    assert tight.endswith("lower --seq-len 32768"), tight
     loose = estimate(Plan(micro_batch=2, gradient_checkpointing=False, **base)).reasons[0]
-    assert "lower micro batch 2 or seq_len or turn on gradient checkpointing" in loose, loose
+    assert "lower --micro-batch 2 or --seq-len 32768 or turn on --gradient-checkpointing" in loose, loose
