@@ -101,10 +101,10 @@ def host_ram_note(target_estimate: Mapping, facts_file: str = RECORDED_8X4090_FA
     path = FACTS_DIR / facts_file
     if not isinstance(plan_fields, Mapping) or not path.is_file():
         return None
-    import json
+    from .env import FactsError, load_facts
     try:
-        recorded = json.loads(path.read_text()).get("host_memory_gib")
-    except (OSError, ValueError):
+        recorded = load_facts(path).get("host_memory_gib")
+    except FactsError:
         return None
     if not isinstance(recorded, (int, float)):
         return None

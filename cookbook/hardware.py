@@ -66,27 +66,16 @@ def on_gpu_machine() -> bool:
 
 
 def gpu_count() -> int:
-    """NVIDIA GPUs this process may use: NVML's device count, narrowed by ``CUDA_VISIBLE_DEVICES`` when it is
-    set (NVML itself ignores it); 0 without a driver or library. The caller's process never touches CUDA."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            n = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        n = min(n, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
-    return n
+    """NVIDIA GPUs this process may use: :func:`nvml_gpus` (NVML's devices narrowed by ``CUDA_VISIBLE_DEVICES``,
+    which NVML itself ignores); 0 without a driver or library. The caller's process never touches CUDA."""
+    return len(nvml_gpus())
 
 
-def default_num_processes(num_machines: int = 1) -> int:
+def default_num_processes(num_machines: int = 1, gpus: int | None = None) -> int:
     """``cookbook train/launch``'s default ``--num-processes``: one rank per visible GPU on each machine
-    (:func:`gpu_count` × ``num_machines``, as ``accelerate config`` proposes), else 2 CPU ranks (the rehearsal)."""
-    gpus = gpu_count()
+    (``gpus``, default :func:`gpu_count`, × ``num_machines``, as ``accelerate config`` proposes), else 2 CPU
+    ranks (the rehearsal)."""
+    gpus = gpu_count() if gpus is None else gpus
     return gpus * max(1, num_machines) if gpus else 2
 
 
@@ -199,6 +188,8 @@ def nvml_gpus() -> list[dict]:
                     break
                 keep.append(int(d))
             gpus = [gpus[i] for i in keep if i < len(gpus)]
+        else:  # UUIDs or names: as many GPUs as listed (their order is NVML's)
+            gpus = gpus[:len(ids)]
     return gpus
 
 

@@ -1354,7 +1354,7 @@ def _cli(args) -> int:
     if args.num_processes is None:  # this machine's GPUs on each machine; 2 CPU ranks for a rehearsal
         from .hardware import default_num_processes, gpu_count
         gpus = gpu_count() if on_gpu else 0
-        args.num_processes = default_num_processes(args.num_machines) if gpus else 2
+        args.num_processes = default_num_processes(args.num_machines, gpus=gpus)
         if not getattr(args, "quiet", False):  # under --json on stderr: stdout stays one JSON document
             print(f"[plan] world size {args.num_processes} (default: "
                   + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")

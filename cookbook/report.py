@@ -23,7 +23,7 @@ from .figures import plot_loss, plot_runs
 from .memory import rehearsal_memory_note
 from .reference import reference_frame, reference_notes
 from .results import complete_record, load_results, loss_pair
-from .tables import MISSING, estimate_check, rounded, run_row, runs_frame, tidy_frame
+from .tables import MISSING, estimate_check, rounded, run_row, runs_frame, tidy_frame, without_empty_why
 
 
 def variants_frame(results: Iterable[Mapping], *, rehearsal: bool | None = None):
@@ -43,9 +43,7 @@ def variants_frame(results: Iterable[Mapping], *, rehearsal: bool | None = None)
         for label, r in (res.get("runs") or {}).items():
             rows.append({"notebook": res.get("notebook"), **run_row(label, r)})
     frame = pd.DataFrame(rows)
-    if len(frame) and "why not within ±15 %" in frame.columns and not any(frame["why not within ±15 %"]):
-        frame = frame.drop(columns="why not within ±15 %")
-    return tidy_frame(frame, rehearsal=rehearsal)
+    return tidy_frame(without_empty_why(frame), rehearsal=rehearsal)
 
 
 def machine_line(results: Iterable[Mapping | None]) -> str:

@@ -246,8 +246,7 @@ def run_record(result) -> dict:
     rec["losses"] = [m.get("loss") for m in metrics]
     pair = loss_pair(rec)
     rec["loss_fell"] = bool(pair and pair["last"] < pair["first"])
-    rss = [m["host_rss_gib"] for m in metrics if isinstance(m.get("host_rss_gib"), (int, float))]
-    rec["host_rss_steps_max_gib"] = max(rss) if rss else None
+    rec["host_rss_steps_max_gib"] = _rss_steps_max(metrics)
     # the estimate on the basis of each measured peak (torch's max_memory_reserved does not count the CUDA
     # context; max_memory_allocated not the allocator's cache either), as cookbook.memory.compare sets them
     gpu_est = est.get("gpu_gib") or {}
@@ -261,6 +260,12 @@ def run_record(result) -> dict:
     rec["save_verification"] = summary.get("save_verification")
     rec["details"] = _jsonable(details)
     return _jsonable(rec)
+
+
+def _rss_steps_max(metrics) -> float | None:
+    """The largest host RSS (GiB) rank 0 logged at the end of a step (``metrics.jsonl``'s ``host_rss_gib``)."""
+    rss = [m["host_rss_gib"] for m in metrics if isinstance(m.get("host_rss_gib"), (int, float))]
+    return max(rss) if rss else None
 
 
 def _read_json(path: Path):
@@ -335,16 +340,9 @@ def complete_record(rec: Mapping, notebook_dir: str | os.PathLike | None = None)
     old = str(out.get("hardware") or "")
     if not old or old == "GPU" or old.startswith("GPU capped") or (label != old and label.startswith(old)):
         out["hardware"] = label          # generic before, or the same label without the cap
-    if out.get("host_rss_steps_max_gib") is None and (folder / "metrics.jsonl").is_file():
-        rss = []
-        for line in (folder / "metrics.jsonl").read_text().splitlines():
-            try:
-                v = json.loads(line).get("host_rss_gib")
-            except ValueError:
-                continue
-            if isinstance(v, (int, float)):
-                rss.append(v)
-        out["host_rss_steps_max_gib"] = max(rss) if rss else None
+    if out.get("host_rss_steps_max_gib") is None:
+        from .procs import metrics_rows
+        out["host_rss_steps_max_gib"] = _rss_steps_max(metrics_rows(folder))
     return out
 
 

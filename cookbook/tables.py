@@ -87,6 +87,27 @@ def estimate_check(run) -> list[dict]:
     return rows
 
 
+#: The quantities :func:`estimate_check` reports, in table order.
+CHECKED_QUANTITIES = tuple(q for q, *_ in _CHECKED)
+
+#: The header of the column of reasons for a miss (:func:`miss_reasons`).
+WHY_COLUMN = f"why not within ±{ESTIMATE_BAR_PCT:g} %"
+
+
+def miss_reasons(checks) -> str:
+    """The reasons :func:`estimate_check` found for misses, one cell: ``host: …; GPU reserved: …`` (empty
+    when none)."""
+    rows = checks.values() if isinstance(checks, Mapping) else checks
+    return "; ".join(f"{c['quantity'].split(' (')[0]}: {c['why']}" for c in rows if c.get("why"))
+
+
+def without_empty_why(frame):
+    """``frame`` without the :data:`WHY_COLUMN` when no row has a reason in it (a column of blanks says nothing)."""
+    if len(frame) and WHY_COLUMN in frame.columns and not any(frame[WHY_COLUMN]):
+        return frame.drop(columns=WHY_COLUMN)
+    return frame
+
+
 def check_cell(row: Mapping | None) -> str | None:
     """One :func:`estimate_check` row as a table cell: ``6.74 (est 4.63, -31 %, no)``; ``within``/``no`` is
     the ±15 % bar. None for no row (a quantity not measured)."""
@@ -114,8 +135,7 @@ def run_row(label: str, run) -> dict:
            "MFU %": rounded(100 * r["mfu"], 2) if r.get("mfu") is not None else None}
     for quantity, _, _, column in _CHECKED:
         row[f"{column} GiB (estimate, error, ±{ESTIMATE_BAR_PCT:g} %)"] = check_cell(checks.get(quantity))
-    whys = [f"{q.split(' (')[0]}: {c['why']}" for q, c in checks.items() if c.get("why")]
-    row["why not within ±15 %"] = "; ".join(whys)
+    row[WHY_COLUMN] = miss_reasons(checks)
     row["duration s"] = r.get("duration_s")
     return row
 
@@ -136,9 +156,7 @@ def runs_frame(runs: Mapping[str, Any]):
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows).set_index("run")
-    if not any(frame["why not within ±15 %"]):
-        frame = frame.drop(columns="why not within ±15 %")
-    return tidy_frame(frame)
+    return tidy_frame(without_empty_why(frame))
 
 
 def rounded(v, n: int):
@@ -232,5 +250,5 @@ def batch_sweep_frame(estimates):
     return pd.DataFrame(rows)
 
 
-__all__ = ["CPU_NA", "ESTIMATE_BAR_PCT", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "check_cell", "estimate_check",
+__all__ = ["CHECKED_QUANTITIES", "CPU_NA", "ESTIMATE_BAR_PCT", "WHY_COLUMN", "miss_reasons", "without_empty_why", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "check_cell", "estimate_check",
            "rounded", "run_row", "runs_frame", "tidy_frame"]

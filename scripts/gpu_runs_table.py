@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 from cookbook.results import complete_record, load_results
-from cookbook.tables import estimate_check
+from cookbook.tables import CHECKED_QUANTITIES, estimate_check, miss_reasons
 
 HEAD = ["notebook", "run", "model", "status", "tokens/s", "MFU", "s/step",
         "GPU allocated est / meas GiB", "GPU reserved est / meas GiB", "host peak est / meas GiB", "message", "why"]
-QUANTITIES = ("GPU allocated (peak)", "GPU reserved (peak)", "host RSS (peak)")
 
 
 def _fmt(v, nd=2):
@@ -41,10 +40,10 @@ def rows(folder: Path):
             run = complete_record(rec, res_dir)
             checks = {c["quantity"]: c for c in estimate_check(run)}
             mfu = run.get("mfu")
-            why = "; ".join(f"{q.split(' (')[0]}: {c['why']}" for q, c in checks.items() if c.get("why"))
+            why = miss_reasons(checks)
             yield [res_dir.name, label, run.get("model") or "", run.get("status"),
                    _fmt(run.get("tokens_per_s"), 0), "—" if mfu is None else f"{100 * mfu:.1f} %",
-                   _fmt(run.get("step_time_s")), *(_cell(checks.get(q)) for q in QUANTITIES),
+                   _fmt(run.get("step_time_s")), *(_cell(checks.get(q)) for q in CHECKED_QUANTITIES),
                    (run.get("message") or "")[:90] if run.get("status") != "ok" else "", why]
 
 
