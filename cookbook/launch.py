@@ -945,13 +945,13 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     # 3. pre-launch guard: lint errors and the estimate
     elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
     if on_gpu and not elsewhere:  # more ranks than GPUs here: each extra rank would die in cuda.set_device
-        from .hardware import gpu_count
+        from .hardware import default_num_processes, gpu_count
         per_machine, gpus = plan.num_gpus // max(1, plan.num_machines), gpu_count()
         if per_machine > gpus:
             return result("config_error", f"--num-processes {plan.num_gpus}"
                           + (f" over {plan.num_machines} machines ({per_machine} per machine)" if plan.num_machines > 1 else "")
                           + f": this machine has {gpus} GPU(s) visible, one rank per GPU. Fix: --num-processes "
-                          f"{gpus * max(1, plan.num_machines)} (or leave it out: the default is this machine's GPUs), "
+                          f"{default_num_processes(plan.num_machines, gpus=gpus)} (or leave it out: the default is this machine's GPUs), "
                           "or make more GPUs visible (CUDA_VISIBLE_DEVICES)", command="")
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,

@@ -236,6 +236,24 @@ def tidy_frame(frame, *, rehearsal: bool | None = None):
     return out.rename(columns=renames)
 
 
+def partition_line(run) -> str:
+    """The per-rank share of the partitioned state a run recorded (``summary.json``'s ``zero_partition``, counted
+    from DeepSpeed's own tensors by the training entry), as one line: ``ZeRO partition (kind): per-rank elements
+    a, b of N (x % at most on one rank; 1/world = y %)``; a run that ended before its summary says so.
+
+    Args:
+        run: a :class:`~cookbook.launch.RunResult` (its ``summary`` and ``status``).
+    """
+    partition = (getattr(run, "summary", None) or {}).get("zero_partition")
+    if not partition:
+        return (f"ZeRO partition: not recorded — the run ended {getattr(run, 'status', None)} before it wrote its "
+                "summary, where the per-rank partition is kept")
+    shares = partition["per_rank_numel"]
+    return (f"ZeRO partition ({partition['kind']}): per-rank elements {', '.join(f'{n:,}' for n in shares)} of "
+            f"{partition['full_numel']:,} ({max(shares) / partition['full_numel']:.1%} at most on one rank; "
+            f"1/{len(shares)} = {1 / len(shares):.1%})")
+
+
 def batch_sweep_frame(estimates):
     """One row per batch shape: micro batch, sequence length, per-GPU model states, activations,
     total, the GPU memory, whether it fits, and the estimator's first reason."""
@@ -250,5 +268,5 @@ def batch_sweep_frame(estimates):
     return pd.DataFrame(rows)
 
 
-__all__ = ["CHECKED_QUANTITIES", "CPU_NA", "ESTIMATE_BAR_PCT", "WHY_COLUMN", "miss_reasons", "without_empty_why", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "check_cell", "estimate_check",
+__all__ = ["CHECKED_QUANTITIES", "CPU_NA", "ESTIMATE_BAR_PCT", "WHY_COLUMN", "miss_reasons", "partition_line", "without_empty_why", "INTEGER_COLUMNS", "MISSING", "batch_sweep_frame", "check_cell", "estimate_check",
            "rounded", "run_row", "runs_frame", "tidy_frame"]

@@ -208,3 +208,16 @@ def test_gpu_runs_table_script_prints_the_library_check(tmp_path, capsys):
     assert lines[2].startswith("| 04_zero3_offload | ZeRO-3 | qwen2-14b-share8 | ok | 476 | 0.5 % | 4.30 | "
                                "3.95 / 4.45 (-11 %, yes) | 4.63 / 6.74 (-31 %, **no**) | 41.74 / 42.74 (-2 %, yes) |")
     assert mod.main([str(tmp_path / "none")]) == 2
+
+
+def test_partition_line_reads_the_recorded_shares_and_says_when_none():
+    """ZeRO-3 on 2 ranks of 354,880 elements split 177,440 + 177,440 (the tiny model's run in
+    docs/benchmarks): 50.0 % at most on one rank; a run without a summary says it recorded none."""
+    from types import SimpleNamespace
+    from cookbook.tables import partition_line
+    run = SimpleNamespace(status="ok", summary={"zero_partition": {"kind": "zero3 params", "per_rank_numel": [177440, 177440],
+                                                                   "full_numel": 354880}})
+    assert partition_line(run) == ("ZeRO partition (zero3 params): per-rank elements 177,440, 177,440 of 354,880 "
+                                   "(50.0% at most on one rank; 1/2 = 50.0%)")
+    assert partition_line(SimpleNamespace(status="gpu_oom", summary=None)).startswith(
+        "ZeRO partition: not recorded — the run ended gpu_oom")
