@@ -150,12 +150,27 @@ def nvme_measured_note(res: Mapping, frame=None) -> str:
     elif status:
         parts.append(f"this notebook's NVMe run: {status}" + (f" ({own.get('message')})" if own else ""))
     seen = []
+    # one outcome per model and aio setting: the latest finished run, else the latest stop, else "not run";
+    # an earlier stop that a later run superseded is named beside it (rows are in record order)
+    latest = {}
     for _, r in runs.iterrows():
+        key = (r["model"], r["aio"])
+        rank = {"ok": 2, "not_run": 0}.get(r["status"], 1)
+        if key not in latest or rank >= latest[key][0]:
+            earlier = latest.get(key, (0, None, []))[2] + ([latest[key][1]] if key in latest and latest[key][0] == 1
+                                                           else [])
+            latest[key] = (rank, r, earlier)
+    for rank, r, earlier in latest.values():
         what = f"{r['model']} ({r['aio']} aio)"
         if r["status"] == "ok":
             tps = r.get("tokens/s")
+            before = "; ".join(f"{e['file']}: {e['status']}, "
+                               + next((str(v) for v in (e.get("cause (short)"), e.get("note")) if isinstance(v, str) and v),
+                                      "no message")
+                               for e in earlier)
             seen.append(f"{what} ok, {r['s/step']:.2f} s/step" + (f", {tps:,.0f} tokens/s" if isinstance(tps, (int, float))
-                                                                   and not pd.isna(tps) else ""))
+                                                                   and not pd.isna(tps) else "")
+                        + (f" ({r['file']}; an earlier run stopped — {before})" if before else ""))
         else:
             short = r.get("cause (short)")
             seen.append(f"{what} {r['status']}: {r.get('note') or 'no message'}"

@@ -1419,11 +1419,12 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
         else:
             rows.append({"file": f.name, "kind": "not understood",
                          "note": "neither an NVMe runs record (runs) nor a disk probe (settings)"})
-    for row in rows:  # a known stop: was a finished run of that model recorded later?
+    for i, row in enumerate(rows):  # a known stop: was a finished run of that model recorded later?
         cause = row.pop("_cause", None)
-        if cause:
+        if cause:  # later: a later date, or the same date in a file that sorts after (…-01.json, …-01b.json)
             later = any(o.get("kind") == "NVMe run" and o.get("status") == "ok" and o.get("model") == row["model"]
-                        and str(o.get("date") or "") > str(row.get("date") or "") for o in rows)
+                        and (str(o.get("date") or ""), j > i and o.get("file") != row.get("file"))
+                        > (str(row.get("date") or ""), False) for j, o in enumerate(rows))
             row["cause"] = cause[1] + ("" if later else f"; not re-run since (no later finished {row['model']} run "
                                                          "in these records)")
             row["cause (short)"] = cause[0] + ("" if later else ", not re-run")

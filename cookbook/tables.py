@@ -26,7 +26,7 @@ _CHECKED = (("GPU allocated (peak)", "peak_gpu_allocated_gib", "estimate_gpu_all
             ("host RSS (peak)", "host_peak_gib", "estimate_host_gib", "peak host"))
 
 
-def estimate_check(run) -> list[dict]:
+def estimate_check(run, reference_dir=None) -> list[dict]:
     """Each memory peak of a run beside its estimate, the error and whether it is within ±15 %.
 
     The estimate is the run's own (``summary.json``'s ``estimate_vs_measured``: the estimator for the batch
@@ -42,10 +42,15 @@ def estimate_check(run) -> list[dict]:
       rank only, where it is the machine's) is within the bar and below the peak — the peak came outside the
       steps' samples (and the run saved and reloaded its 16-bit model after its last step, when it did);
     * GPU reserved: allocated is within the bar — the miss is the allocator's cache, measured reserved −
-      allocated beside the estimate's.
+      allocated beside the estimate's; allocated misses too — both gaps, allocated's and the cache's;
+    * any other miss of a GPU run (allocated, host): the same plan's other GPU measurements
+      (``data/reference/``, or ``reference_dir``; :func:`_unexplained`) beside this one, else "cause not
+      isolated" — never a blank where the bar is missed.
 
     Args:
         run: a :class:`~cookbook.launch.RunResult` or :func:`~cookbook.results.run_record` dict.
+        reference_dir: folder of GPU reference records for the unexplained-miss reason (default
+            ``data/reference``).
 
     Returns:
         one dict per quantity that was measured: ``quantity``, ``measured GiB``, ``estimate GiB``,
@@ -84,7 +89,56 @@ def estimate_check(run) -> list[dict]:
         res["why"] = (f"allocated is within ({alloc['error %']:+.0f} %): the miss is the allocator's cache, "
                       f"reserved − allocated {res['measured GiB'] - alloc['measured GiB']:.2f} GiB measured, "
                       f"{res['estimate GiB'] - alloc['estimate GiB']:.2f} GiB estimated")
+    if res and res["within"] is False and not res["why"] and alloc and alloc["within"] is False \
+            and res["estimate GiB"] is not None and alloc["estimate GiB"] is not None:
+        cache_meas = res["measured GiB"] - alloc["measured GiB"]
+        cache_est = res["estimate GiB"] - alloc["estimate GiB"]
+        res["why"] = (f"allocated misses too ({alloc['error %']:+.0f} %, "
+                      f"{alloc['measured GiB'] - alloc['estimate GiB']:+.2f} GiB), and the allocator's cache "
+                      f"(reserved − allocated) was {cache_meas:.2f} GiB measured, {cache_est:.2f} GiB estimated")
+    for row, key in ((alloc, "peak_gpu_allocated_gib"), (host, "host_peak_gib")):
+        if row and row["within"] is False and not row["why"] and gpu_run and row["estimate GiB"] is not None:
+            row["why"] = _unexplained(r, row, key, directory=reference_dir)
     return rows
+
+
+def _same_plan(r: Mapping) -> dict:
+    """The fields that make two runs the same plan for a memory peak (batch shape aside)."""
+    cmd = str(r.get("command") or "")
+    bf16 = r.get("bf16_states")
+    return {"model": r.get("model"), "zero_stage": r.get("zero_stage"), "offload_optimizer": r.get("offload_optimizer"),
+            "offload_param": r.get("offload_param"), "seq_len": r.get("seq_len"),
+            "bf16_states": bool(bf16) if bf16 is not None else "--bf16-states" in cmd}
+
+
+def _unexplained(r: Mapping, row: Mapping, key: str, directory=None) -> str:
+    """The ``why`` of a GPU run's miss that the record does not explain: the same plan's other measurements on
+    GPUs (``data/reference/*.json``, :func:`cookbook.reference.reference_results`: same model, ZeRO stage,
+    offload, sequence length and state precision, any batch shape) beside this one, else "cause not isolated"."""
+    from .reference import reference_results
+    want = _same_plan(r)
+    others = []
+    for ref in reference_results(None, directory):
+        plan = ref.get("plan") if isinstance(ref.get("plan"), Mapping) else ref
+        meas = ref.get(key)
+        if not isinstance(meas, (int, float)) or not str(ref.get("status", "")).startswith("ok"):
+            continue
+        got = {"model": plan.get("model"), "zero_stage": plan.get("zero_stage"),
+               "offload_optimizer": plan.get("offload_optimizer"), "offload_param": plan.get("offload_param"),
+               "seq_len": plan.get("seq_len"), "bf16_states": bool(ref.get("bf16_states"))}
+        same_run = ((plan.get("micro_batch"), plan.get("grad_accum")) == (r.get("micro_batch"), r.get("grad_accum"))
+                    and abs(float(meas) - row["measured GiB"]) <= 0.01)
+        if got == want and not same_run:
+            others.append(f"{float(meas):.2f} GiB at micro batch {plan.get('micro_batch')} × {plan.get('grad_accum')} "
+                          f"({ref.get('_file')})")
+    side = "above" if row["error %"] > 0 else "below"
+    gap = abs(row["estimate GiB"] - row["measured GiB"])
+    if others:
+        return (f"the estimate is {gap:.2f} GiB {side} this run's {row['measured GiB']:.2f} GiB at micro batch "
+                f"{r.get('micro_batch')} × {r.get('grad_accum')}; the same plan measured " + "; ".join(others[:3])
+                + " — the runs differ by more than the bar, and what differs between them is not isolated")
+    return (f"the estimate is {gap:.2f} GiB {side} the measurement; the record does not show which term differs "
+            "(cause not isolated)")
 
 
 #: The quantities :func:`estimate_check` reports, in table order.

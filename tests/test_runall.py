@@ -643,13 +643,24 @@ def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path
     assert f"with bf16 states, llama-7b, micro batch 2 × accumulation 8 × 1024 tokens" in row["measured here"]
     note = row["note"]
     assert f"this notebook's NVMe run: skipped ({skipped})" in note
-    # every NVMe run of the shipped reference, with its outcome; 7B never ran with NVMe on a GPU
-    shipped = json.loads((ROOT / "data" / "reference" / "h200_nvme_runs_2026-12-01.json").read_text())["runs"]
+    # one outcome per model and aio setting over every shipped NVMe runs record: finished if any run finished,
+    # else stopped, else not run; 7B never ran with NVMe on a GPU
+    shipped = [r for f in sorted((ROOT / "data" / "reference").glob("*nvme_runs*.json"))
+               for r in json.loads(f.read_text())["runs"]]
+    outcome = {}
     for r in shipped:
-        assert f"{r['model']} ({r['aio']} aio) {r['status']}" in note, r["name"]
+        key = (r["model"], r["aio"])
+        best = {"ok": 2, "not_run": 0}.get(r["status"], 1)
+        if best >= outcome.get(key, (-1, None))[0]:
+            outcome[key] = (best, r["status"])
+    for (model, aio), (_, status) in outcome.items():
+        assert f"{model} ({aio} aio) {status}" in note, (model, aio)
+    assert ("llama-1b", "default") in outcome and outcome["llama-1b", "default"][1] == "ok"
+    assert note.count("llama-1b (default aio)") == 1                            # the earlier stop beside it, once
+    assert ("an earlier run stopped — h200_nvme_runs_2026-12-01.json: failed, DeepSpeed #3062; fixed since in "
+            "build_config") in note
     assert not any(r["model"] == "llama-7b" and r["status"] == "ok" for r in shipped)
     assert "LLaMA-7B itself has not run with NVMe offload on a GPU" in note
-    assert "(DeepSpeed #3062; fixed since in build_config, not re-run)" in note
     assert "at least 64.1 s a step, at most 256 tokens/s" in note
     # the reference run of LLaMA-7B at micro 8 × 2 beside this run at 2 × 8: shapes, floors, measured steps
     h200 = json.loads((ROOT / "data" / "reference" / "h200x2_2026-11-30.json").read_text())
