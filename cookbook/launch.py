@@ -812,6 +812,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     if lr is not None and not lr_source:
         lr_source = (names or {}).get("lr") or "launch(lr=...)"
     lr_auto = None  # the config's optimizer.params.lr is "auto": the lr resolved below fills it
+    caller_typed = stated  # what the caller said it typed (the CLI); None: a Python caller, who built its Plan on purpose
     if config is not None and stated is None:
         stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
 
@@ -913,11 +914,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             if every and every > max_steps:
                 print(f"[schedule] note: {flag} {every} is more than the run's {max_steps} steps: nothing is "
                       f"{'saved' if flag == '--save-steps' else 'evaluated'} before the last step", flush=True)
-        if not is_rehearsal_model(plan.model) and stated is not None:
-            # only where the command line says what was typed: a Python caller built its Plan on purpose
+        if not is_rehearsal_model(plan.model) and caller_typed is not None:
+            # only where the command line says what was typed: a Python caller built its Plan on purpose (with a
+            # config, `stated` is inferred from values that differ from the defaults — no evidence of a default)
             kept = [f"{flag} {getattr(plan, f)}" for f, flag in (("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
                                                                 ("grad_accum", "--grad-accum"))
-                    if f not in stated]
+                    if f not in caller_typed]
             if kept:
                 print(f"[plan] note: {', '.join(kept)} are the defaults (sized for the CPU rehearsal), not chosen for "
                       f"{plan.model}; `cookbook estimate ... --sweep` finds a batch shape that fits", flush=True)

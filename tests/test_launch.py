@@ -415,6 +415,13 @@ def test_python_caller_plan_is_not_called_a_rehearsal_default(tmp_path, capsys):
     res = launch(plan, tmp_path / "run", dry_run=True, random_weights=True, lr=1e-5, max_steps=2, force=True)
     assert res.status == "dry_run"
     assert "[plan] note" not in capsys.readouterr().out
+    # with a config too (notebook 05 on the H200 printed the note: values equal to the defaults were taken
+    # for defaults because, with a config, launch infers what was stated from values that differ from them)
+    from cookbook.dsconfig import build_config
+    res = launch(plan, tmp_path / "run2", config=build_config(plan, lr=1e-5), dry_run=True, random_weights=True, lr=1e-5,
+                 max_steps=2, force=True)
+    assert res.status == "dry_run", res.message
+    assert "[plan] note" not in capsys.readouterr().out
 
 
 def test_more_ranks_than_gpus_is_refused_before_launch(tmp_path, monkeypatch):
