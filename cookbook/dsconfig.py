@@ -194,11 +194,15 @@ def warmup_steps_for(total_steps: int, warmup_ratio: float = 0.0, warmup_steps: 
     return math.ceil(total_steps * warmup_ratio)
 
 
-def target_hyperparameters(plan: Plan, *, lr: float, num_epochs: float, num_examples: int,
+def target_hyperparameters(plan: Plan, *, lr: float, num_epochs: float, num_rows: int,
                            lr_scheduler: str = "cosine", warmup_ratio: float = 0.03) -> dict:
     """The schedule of a real fine-tune of ``plan`` as :func:`build_config` keyword arguments: ``lr``,
-    ``lr_scheduler``, ``warmup_steps`` and ``total_steps`` for ``num_epochs`` epochs over ``num_examples``
-    rows at the plan's global batch (:func:`total_steps_for_epochs`, :func:`warmup_steps_for`).
+    ``lr_scheduler``, ``warmup_steps`` and ``total_steps`` for ``num_epochs`` epochs over ``num_rows``
+    training rows at the plan's global batch (:func:`total_steps_for_epochs`, :func:`warmup_steps_for`).
+
+    ``num_rows`` is what the trainer iterates over: with packing (the default) the examples packed into
+    rows of ``plan.seq_len`` tokens, fewer than the examples; :func:`cookbook.launch.planned_rows` counts
+    them with the trainer's own code, so the steps here are the ones ``cookbook train`` runs.
 
     For the notebooks' "target" configs, so that they carry a real run's numbers, never the rehearsal's.
     Typical full fine-tunes of 7B-14B models: lr 1e-5 - 2e-5, 2-3 epochs, cosine, 3% warm-up (Stanford
@@ -211,7 +215,7 @@ def target_hyperparameters(plan: Plan, *, lr: float, num_epochs: float, num_exam
     if lr_scheduler not in LR_SCHEDULERS:
         raise ConfigError(f"lr_scheduler={lr_scheduler!r}: use one of {', '.join(LR_SCHEDULERS)}")
     _check_number("lr", lr, strict=True)
-    total = total_steps_for_epochs(num_epochs, num_examples, plan.micro_batch, plan.grad_accum, plan.world_size)
+    total = total_steps_for_epochs(num_epochs, num_rows, plan.micro_batch, plan.grad_accum, plan.world_size)
     return {"lr": lr, "lr_scheduler": lr_scheduler, "warmup_steps": warmup_steps_for(total, warmup_ratio),
             "total_steps": total}
 

@@ -232,6 +232,52 @@ def train_argv(plan: Plan, output_dir: Path, **options) -> list[str]:
     return argv
 
 
+def planned_rows(plan, **options) -> dict:
+    """The training rows ``cookbook train`` of ``plan`` would train on, counted by the trainer's own code
+    path: the plan's options (:func:`train_argv`) plus ``options`` (``dataset=``, ``seed=``,
+    ``eval_fraction=``, ``tokenizer=``, ``packing=False``, ...) parsed by the trainer's parser
+    (:func:`cookbook.train.add_train_arguments`, so every default is the trainer's), the tokenizer resolved
+    as :func:`cookbook.train.validate_inputs` resolves it, and the rows built by
+    :func:`cookbook.train.build_datasets`: packed into rows of exactly ``plan.seq_len`` tokens unless
+    ``packing=False``. It is the count :func:`cookbook.train.resolve_hyperparameters` turns ``--num-epochs``
+    into optimizer steps with, i.e. what ``cookbook train --dry-run`` prints as "N optimizer steps
+    (--num-epochs E × S steps per epoch)"; the records or examples would overcount a packed run (the
+    shipped 1,500 chats make 977 rows of 512 tokens).
+
+    Returns:
+        ``{"rows", "examples", "records", "seq_len" (tokens per row), "packing", "data_report" (the
+        trainer's console line), "words"}``; ``words`` says what the count is, e.g. "977 packed rows of 512
+        tokens (the 1,500 training examples of the shipped chats, packed as `cookbook train` packs them)".
+
+    Raises:
+        TrainInputError: an option the trainer refuses, a tokenizer or data it cannot load.
+    """
+    from .data import DataError, load_tokenizer
+    from .train import build_datasets, resolve_tokenizer_path
+    packing = options.pop("packing", None)
+    argv = train_argv(plan, Path("runs") / "planned-rows", **options)  # the folder is only parsed, never made
+    if packing is not None:
+        argv.append("--packing" if packing else "--no-packing")
+    parser = argparse.ArgumentParser(prog="planned_rows", exit_on_error=False)
+    add_train_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise TrainInputError(f"invalid training options {argv}: {exc}") from None
+    tok_path = resolve_tokenizer_path(args)
+    try:
+        tok = load_tokenizer(tok_path, args.trust_remote_code, chat_template=args.chat_template)
+        _, rows, _, facts = build_datasets(args, tok)
+    except DataError as exc:
+        raise TrainInputError(str(exc)) from None
+    source = f"--dataset {args.dataset}" if args.dataset else "the shipped chats"
+    what = (f"{len(rows):,} packed rows of {args.seq_len} tokens (the {facts['examples']:,} training examples of "
+            f"{source}, packed as `cookbook train` packs them)" if rows.packing else
+            f"{len(rows):,} rows of one example each, cut to {args.seq_len} tokens ({source}, --no-packing)")
+    return {"rows": len(rows), "examples": facts["examples"], "records": facts["records"], "seq_len": args.seq_len,
+            "packing": rows.packing, "data_report": facts["data_report"], "words": what}
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """Files written for a launch: the Accelerate YAML per machine, the DeepSpeed JSON, the commands."""

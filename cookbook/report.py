@@ -79,7 +79,8 @@ def machine_line(results: Iterable[Mapping | None]) -> str:
                                   else "host RAM not recorded")
     if m.get("cpu_cores"):
         machine += f"; {m['cpu_cores']} CPU cores"
-    # "recorded" is record()'s timestamp, unless a notebook's own field of that name replaced it (00's dict)
+    # "recorded" is record()'s timestamp; in a results.json written before record() refused fields of its own
+    # keys' names (results.RECORD_KEYS), notebook 00's dict of recorded machines had replaced it
     stamps = [r.get("recorded") if isinstance(r.get("recorded"), str) else (r.get("machine") or {}).get("date")
               for r in results]
     dates = sorted({str(d)[:10] for d in stamps if isinstance(d, str) and d})

@@ -61,6 +61,12 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: The keys :func:`record` writes itself (``recorded`` is the time of the call); a notebook field may not
+#: reuse one of them.
+RECORD_KEYS = ("notebook", "title", "target", "rehearsal", "recorded", "headline", "figures", "tables", "runs",
+               "machine", "central")
+
+
 def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", target: str = "",
            rehearsal: bool | None = None, headline: Iterable[str] = (), runs: Mapping[str, Any] | None = None,
            tables: Mapping[str, Any] | None = None, figures: Mapping[str, Any] | None = None,
@@ -91,12 +97,20 @@ def record(output_dir: str | os.PathLike, notebook: str, *, title: str = "", tar
             (:func:`cookbook.runall.central_outcome`). Kept as ``central``: ``run``, ``status``,
             ``expected``, ``message``, ``as_expected``.
         **fields: the notebook's own values, made JSON-ready (DataFrames become records, objects with
-            ``to_dict()`` dicts, NaN null).
+            ``to_dict()`` dicts, NaN null); a name in :data:`RECORD_KEYS` is refused.
 
     Returns:
         the path of ``results.json`` (written atomically: a reader never sees half a file).
+
+    Raises:
+        ValueError: a field named like one of :data:`RECORD_KEYS` (it would replace record()'s own value).
     """
     from .hardware import rehearsal as on_rehearsal
+    clash = sorted(set(fields) & set(RECORD_KEYS))
+    if clash:  # a field of one of these names would silently replace what record() writes itself
+        raise ValueError(f"results.record({notebook!r}): the field(s) {', '.join(clash)} would overwrite record()'s "
+                         f"own key(s) of that name ({', '.join(RECORD_KEYS)}); nothing was written. Fix: give the "
+                         f"field another name in the call, e.g. {clash[0]}_details= instead of {clash[0]}=")
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
@@ -379,5 +393,5 @@ def as_record(run) -> dict:
     return run_record(run)
 
 
-__all__ = ["LOSS_MEANS_MIN_STEPS", "as_record", "complete_record", "load_results", "loss_pair", "machine_record",
+__all__ = ["LOSS_MEANS_MIN_STEPS", "RECORD_KEYS", "as_record", "complete_record", "load_results", "loss_pair", "machine_record",
            "record", "relocated_run_dir", "run_record"]

@@ -211,8 +211,44 @@ def test_schedule_blocks_and_step_arithmetic():
     assert steps_per_epoch(5, 4, 4, 8) == 1
     assert warmup_steps_for(69, 0.03) == 3 and warmup_steps_for(69, 0.03, warmup_steps=7) == 7
     t = target_hyperparameters(Plan(model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16), lr=1e-5,
-                               num_epochs=3, num_examples=3000)
+                               num_epochs=3, num_rows=3000)
     assert t == {"lr": 1e-5, "lr_scheduler": "cosine", "warmup_steps": 3, "total_steps": 72}
+
+
+def test_notebook_target_schedule_counts_the_packed_rows_the_dry_run_trains_on(tmp_path):
+    """Notebooks 02-05 print the target's schedule from train.planned_rows + dsconfig.target_hyperparameters;
+    `cookbook train --dry-run` of the same run (its own process and code path, packing on by default) must
+    plan the same steps. Qwen-14B on 8 GPUs, micro batch 1 × 16, 512 tokens, 3 epochs of the shipped chats."""
+    import os
+    import subprocess
+    import sys
+
+    from cookbook.data import load_records, load_tokenizer, tokenize
+    from cookbook.dsconfig import target_hyperparameters, total_steps_for_epochs
+    from cookbook.launch import planned_rows
+    target = Plan(model="qwen-14b", num_gpus=8, seq_len=512, micro_batch=1, grad_accum=16)
+    rows = planned_rows(target)
+    mine = target_hyperparameters(target, lr=1e-5, num_epochs=3, num_rows=rows["rows"])
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "train", "--model", "qwen-14b", "--num-processes", "8",
+                          "--seq-len", "512", "--micro-batch", "1", "--grad-accum", "16", "--num-epochs", "3",
+                          "--lr", "1e-5", "--output-dir", str(tmp_path / "dry"), "--dry-run", "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    dry = json.loads(out.stdout)
+    assert dry["status"] == "dry_run"
+    inputs = dry["details"]["inputs"]
+    assert rows["rows"] == inputs["rows"] and rows["examples"] == inputs["examples"] == len(load_records())
+    assert mine["total_steps"] == inputs["hyperparameters"]["max_steps"]
+    # independently: packed rows hold exactly 512 tokens each (the last padded; no row of the shipped chats is
+    # without a trained token), so the rows are the tokens of the examples, tokenized whole, over 512
+    tokens = sum(len(x) for x in tokenize(load_records(), load_tokenizer(), 512, packing=True).input_ids)
+    assert rows["rows"] == math.ceil(tokens / 512) == 977
+    # 977 rows / (1 × 8 ranks) = 123 micro batches per rank / 16 = 8 steps per epoch, × 3 epochs
+    assert mine["total_steps"] == 3 * math.ceil(math.ceil(977 / 8) / 16) == 24
+    assert total_steps_for_epochs(3, len(load_records()), 1, 16, 8) == 36  # what counting examples said
+    assert rows["packing"] and "977 packed rows of 512 tokens" in rows["words"]
+    assert planned_rows(target, packing=False)["rows"] == len(load_records())  # one example per row
 
 
 # ---- what is real: console lines and refusals ------------------------------------------------------

@@ -197,6 +197,21 @@ def test_record_keeps_the_machine_and_the_runs_table_label(tmp_path):
     assert row["run"] == "ZeRO-3" and row["loss"] == "12.500 → 12.400 (step 1 → step 4)"
 
 
+def test_record_refuses_a_field_that_would_replace_its_own_keys(tmp_path):
+    """Notebook 00 once passed recorded=<its dict of recorded machines>, which replaced record()'s timestamp."""
+    import datetime as dt
+    with pytest.raises(ValueError, match=r"field\(s\) recorded would overwrite .*recorded_details= instead of recorded="):
+        results.record(tmp_path / "nb", "00_environment", rehearsal=True, recorded={"a box": {}})
+    with pytest.raises(ValueError, match=r"field\(s\) machine, recorded would overwrite"):
+        results.record(tmp_path / "nb", "00_environment", rehearsal=True, machine="x", recorded=1)
+    assert not (tmp_path / "nb").exists()  # nothing written
+    before = dt.datetime.now().replace(microsecond=0)
+    data = json.loads(results.record(tmp_path / "nb", "00_environment", rehearsal=True,
+                                     recorded_machines={"a box": {"rtx40_p2p": "fail"}}).read_text())
+    assert dt.datetime.fromisoformat(data["recorded"]) >= before  # the timestamp is kept
+    assert data["recorded_machines"] == {"a box": {"rtx40_p2p": "fail"}}
+
+
 def test_machine_line_names_gpu_cap_host_and_versions():
     machine = {"gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}], "host_memory_gib": 125.8, "cpu_cores": 16,
                "python": "3.12.3", "torch": "2.11.0+cu130", "transformers": "5.17.0", "accelerate": "1.15.0",
