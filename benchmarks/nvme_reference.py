@@ -56,6 +56,8 @@ def run_row(rec: dict) -> dict:
         "s_per_step": nv.get("s_per_step", rec.get("step_time_s")), "tokens_per_s": nv.get("tokens_per_s", rec.get("tokens_per_s")),
         "host_peak_gib": nv.get("host_peak_gib", rec.get("host_peak_gib")), "host_estimate_gib": nv.get("host_estimate_gib"),
         "host_error_pct": nv.get("host_error_pct"),
+        **_estimate_now(nv.get("host_estimate_gib"), _get(rec, "estimate", "host_gib", "runtime"),
+                        nv.get("host_peak_gib", rec.get("host_peak_gib"))),
         "disk_gib": gib(nv.get("disk_bytes_measured")), "disk_estimate_gib": gib(nv.get("disk_bytes_estimate")),
         "disk_error_pct": nv.get("disk_error_pct"),
         "read_gb_per_step": nv.get("read_gb_per_step_measured"),
@@ -80,6 +82,20 @@ def bandwidth_from_results(results: list[dict]) -> dict | None:
             "speedup_vs_default": m.get("speedup_vs_default"), "read_share": rec.get("read_share"),
             "io_size_bytes": t.get("io_size_bytes"), "loops": t.get("loops"), "stopped_early": t.get("stopped_early"),
             "settings": t.get("settings"), "buffers": t.get("buffers"), "method": t.get("method"), "units": t.get("units")}
+
+
+def _estimate_now(at_run, runtime_at_run, measured) -> dict:
+    """The run's host estimate with today's per-rank runtime term (one GPU rank with NVMe offload:
+    ``RUNTIME_BASELINE_GIB + CUDA_HOST_RUNTIME_GIB + NVME_HOST_RUNTIME_GIB`` of :mod:`cookbook.memory`) in place
+    of the one the run's estimate had, so a fit compares every run and the target on one estimator:
+    ``host_estimate_now_gib`` and ``host_error_now_pct`` (empty when the run recorded neither)."""
+    from cookbook import memory
+    if not isinstance(at_run, (int, float)) or not isinstance(runtime_at_run, (int, float)):
+        return {}
+    now = (memory.RUNTIME_BASELINE_GIB + memory.CUDA_HOST_RUNTIME_GIB + memory.NVME_HOST_RUNTIME_GIB)
+    est = at_run - runtime_at_run + now
+    return {"host_estimate_now_gib": round(est, 3),
+            "host_error_now_pct": round(100 * (est - measured) / measured, 1) if measured else None}
 
 
 def target_estimate_gib(target: dict = TARGET) -> float:
@@ -118,8 +134,10 @@ def host_fit(runs: list[dict], *, target_params: int | None = None, target_estim
     pts = [r for r in runs if r.get("status") == "ok" and r.get("params") and r.get("host_peak_gib")
            and r.get("host_estimate_gib")]
     out = {"model": "measured − E = a + b·N (E: cookbook.memory.estimate host peak of each run's plan; least "
-                    "squares over the runs); error bar: range of that and E(7B) × each run's measured/E", "target": dict(TARGET), "target_gib": target_gib,
-           "points": [{k: r[k] for k in ("name", "params", "aio", "host_peak_gib", "host_estimate_gib")} for r in pts]}
+                    "squares over the runs); error bar: range of that and E(7B) × each run's measured/E, with E as the run "
+                    "had it too (cookbook.memory.NVME_HOST_RUNTIME_GIB was fitted on such runs)", "target": dict(TARGET), "target_gib": target_gib,
+           "points": [{k: r.get(k) for k in ("name", "params", "aio", "host_peak_gib", "host_estimate_gib",
+                                              "host_estimate_now_gib")} for r in pts]}
     if not pts:
         return dict(out, status="no_points", verdict="no measured NVMe run with a host peak: nothing to extrapolate")
     if target_params is None:
@@ -129,13 +147,18 @@ def host_fit(runs: list[dict], *, target_params: int | None = None, target_estim
         target_estimate = target_estimate_gib()
     xs = [r["params"] / 1e9 for r in pts]
     meas = [r["host_peak_gib"] for r in pts]
-    est = [r["host_estimate_gib"] for r in pts]
+    # the target's estimate is today's: each run's estimate with today's runtime term where it recorded it
+    est = [r.get("host_estimate_now_gib") or r["host_estimate_gib"] for r in pts]
     n7 = target_params / 1e9
     a, b = _line(xs, [m - e for m, e in zip(meas, est)])
     central = target_estimate + a + b * n7
     preds = {"residual_fit": central}
     for r, m, e in zip(pts, meas, est):
         preds[f"ratio:{r['name']}"] = target_estimate * m / e
+        if r.get("host_estimate_now_gib") and r.get("host_estimate_gib"):
+            # the estimate as the run had it: today's runtime term was fitted on runs like these, so the band
+            # keeps what the ratios said before it (not a held-out check)
+            preds[f"ratio_as_run:{r['name']}"] = target_estimate * m / r["host_estimate_gib"]
     sizes = len(set(xs))
     plain = None
     if sizes >= 2:

@@ -52,7 +52,7 @@ Sources of the formulas (each function repeats the one it uses):
 * Allocator cache (reserved − allocated) and runtime baselines: the stale parameter blocks above plus
   fractions fitted to the measured calibrations in ``data/calibration/*.json`` (see
   :data:`FRAGMENTATION`, :data:`FETCH_FRAGMENTATION_LAYERS`, :data:`RUNTIME_BASELINE_GIB`,
-  :data:`CUDA_HOST_RUNTIME_GIB`).
+  :data:`CUDA_HOST_RUNTIME_GIB`, :data:`NVME_HOST_RUNTIME_GIB`).
 
 Accuracy against the 2026-11-30 H200 measurements (``data/calibration/h200_24gib.json``,
 ``h200x2_2026-11-30.json``; the cookbook's runs estimated with their own DeepSpeed config from
@@ -127,6 +127,17 @@ RUNTIME_BASELINE_GIB = 0.55
 #: H200 (``data/calibration/cuda_runtime.json``): 0.94 GiB RSS after CUDA kernels ran vs 0.28-0.30 GiB for
 #: the same imports on a CPU-only torch; eager module loading would take ~5 GiB.
 CUDA_HOST_RUNTIME_GIB = 0.65
+
+#: Extra host RSS of a GPU rank with NVMe offload beyond every counted NVMe term (swap buffers, staging, flat
+#: buffers: :func:`cookbook.nvme.estimate_nvme`), GiB. Measured on the H200 (one rank, fp32 states, default
+#: aio): the host RSS during the steps minus the estimate without its first-step transient was 1.04 GiB
+#: (llama-134m, ``data/reference/h200_nvme_runs_2026-12-01.json``), 1.03 and 1.01 GiB (llama-134m, two calls
+#: of a later session: ``data/reference/raw/h200_nvme_session2_call3_results.json``,
+#: ``data/reference/h200_nvme_runs_2026-12-01b.json``) and 1.01 GiB (llama-1b, 8× the parameters, same record):
+#: a constant, not a per-parameter term. Not attributed to one DeepSpeed allocation (the async I/O op's handles
+#: and threads are the candidates); fitted on those four runs, so the NVMe host check of those runs is not a
+#: held-out test of it. Not applied to CPU ranks (not measured there).
+NVME_HOST_RUNTIME_GIB = 1.0
 
 def _fragmentation_key(stage: int, offload_param: str) -> str:
     """Key of :data:`FRAGMENTATION` for a ZeRO stage and parameter-offload target."""
@@ -740,7 +751,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         gpu = dict.fromkeys(gpu, 0.0)
     load = B["param"] * N * r if (stage < 3 and getattr(spec, "has_weights", True)) else 0.0
     host["model_load"] = max(0.0, load - training_host)
-    host["runtime"] = (RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0)) * GIB * r
+    host["runtime"] = (RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0)
+                       + (NVME_HOST_RUNTIME_GIB if cuda and nvme_est is not None else 0.0)) * GIB * r
 
     # DeepSpeed's own host estimate: offloaded states or each rank's fp32 copy at load, × 1.5
     ds_offloaded = sum(opt_bytes.values()) * N / n if opt_off == "cpu" else 0.0

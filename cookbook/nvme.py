@@ -1399,12 +1399,22 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
                 rows.append({"file": f.name, "date": date, "kind": "NVMe run", "model": r.get("model"),
                              "params": r.get("params"), "aio": r.get("aio"), "status": r.get("status"),
                              "s/step": r.get("s_per_step"), "tokens/s": r.get("tokens_per_s"),
-                             "host peak GiB": r.get("host_peak_gib"), "host estimate GiB": r.get("host_estimate_gib"),
-                             "host error %": r.get("host_error_pct"), "disk GiB": r.get("disk_gib"),
+                             "host peak GiB": r.get("host_peak_gib"),
+                             # today's estimator where the record has it (benchmarks/nvme_reference.py), the
+                             # estimate as the run had it in the note
+                             "host estimate GiB": r.get("host_estimate_now_gib") or r.get("host_estimate_gib"),
+                             "host error %": (r.get("host_error_now_pct") if r.get("host_estimate_now_gib")
+                                              else r.get("host_error_pct")),
+                             "disk GiB": r.get("disk_gib"),
                              "disk estimate GiB": r.get("disk_estimate_gib"),
                              "achieved/floor": r.get("achieved_over_floor"),
                              "read GB/s": r.get("bandwidth_read_gb_s"), "write GB/s": r.get("bandwidth_write_gb_s"),
-                             "_cause": cause, "note": "" if ok else str(r.get("message") or "")[:200]})
+                             "_cause": cause, "note": (str(r.get("message") or "")[:200] if not ok else
+                                                       f"host estimate as run: {r['host_estimate_gib']:.2f} GiB "
+                                                       f"({r.get('host_error_pct'):+.1f} %), before "
+                                                       "memory.NVME_HOST_RUNTIME_GIB (fitted on runs like this one)"
+                                                       if r.get("host_estimate_now_gib") and r.get("host_estimate_gib")
+                                                       and r.get("host_error_pct") is not None else "")})
             fit = data.get("host_fit") or {}
             if fit.get("status") == "ok":
                 rows.append({"file": f.name, "date": date, "kind": "7B host extrapolation",

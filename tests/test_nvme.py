@@ -348,3 +348,19 @@ def test_env_records_the_disk_bandwidth(tmp_path, capsys):
     est = nvme.estimate_nvme(plan)
     floor = est.read_bytes_per_step / (bw["read_gb_s"] * 1e9) + est.write_bytes_per_step / (bw["write_gb_s"] * 1e9)
     assert c.status == "ok" and f"at least {floor:.1f} s per step" in c.reason
+
+
+def test_nvme_host_runtime_term_only_for_gpu_ranks_with_nvme():
+    """memory.NVME_HOST_RUNTIME_GIB (1.0 GiB, measured on the H200: RSS during the steps of four NVMe runs sat
+    1.01-1.04 GiB above the estimate's other terms) is added to a GPU rank's runtime with NVMe offload only."""
+    from cookbook import memory
+    from cookbook.plan import Plan
+    base = dict(model="llama-7b", num_gpus=1, gpu_memory_gib=24.0, seq_len=1024, micro_batch=2, grad_accum=8,
+                precision="bf16", zero_stage=3)
+    nvme = Plan(**base, offload_optimizer="nvme", offload_param="nvme", nvme_path="/nvme")
+    cpu = Plan(**base, offload_optimizer="cpu", offload_param="cpu")
+    run_nvme = memory.estimate(nvme, device="cuda").host_gib["runtime"]        # GiB
+    run_cpu = memory.estimate(cpu, device="cuda").host_gib["runtime"]
+    assert abs(run_cpu - (0.55 + 0.65)) < 1e-9                    # RUNTIME_BASELINE + CUDA_HOST_RUNTIME
+    assert abs(run_nvme - (0.55 + 0.65 + 1.0)) < 1e-9             # + NVME_HOST_RUNTIME
+    assert abs(memory.estimate(nvme, device="cpu").host_gib["runtime"] - 0.55) < 1e-9   # a CPU rank: neither
