@@ -247,7 +247,9 @@ def inspect_saved_model(folder: str | os.PathLike, *, full_load_max_params: floa
         import torch
         from transformers import AutoModelForCausalLM
         from .data import collate, load_records, load_tokenizer, tokenize
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        from .hardware import quiet_loading_bars
+        with quiet_loading_bars():  # no "Loading weights" bar kept in a notebook cell's output
+            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
         model.eval()
         tok = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else None)
         records = load_records(None).select(range(eval_examples))

@@ -1159,6 +1159,24 @@ class ConfigDiff:
             return "(no differences)"
         return self.to_frame().to_string(index=False)
 
+    #: Rows :meth:`__repr__` lists before it says how many more there are.
+    REPR_ROWS = 12
+
+    def __repr__(self) -> str:
+        """How many keys differ, then one ``path: before → after`` line per row (the first :attr:`REPR_ROWS`;
+        long values shortened): what a plain-text view of a notebook shows (:meth:`to_frame` has them all)."""
+        import textwrap
+        if not self.rows:
+            return "ConfigDiff: no differences"
+
+        def show(v):
+            return textwrap.shorten(str(v) if v is MISSING else json.dumps(v), 60, placeholder=" …")
+        lines = [f"ConfigDiff: {len(self.rows)} key(s) differ"]
+        lines += [f"  {r.path}: {show(r.before)} → {show(r.after)}" for r in self.rows[:self.REPR_ROWS]]
+        if len(self.rows) > self.REPR_ROWS:
+            lines.append(f"  … and {len(self.rows) - self.REPR_ROWS} more (.to_frame() lists every row)")
+        return "\n".join(lines)
+
 
 def diff(a: dict, b: dict) -> ConfigDiff:
     """What changes from config ``a`` to config ``b``: one row per differing leaf.

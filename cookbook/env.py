@@ -209,6 +209,19 @@ class EnvReport:
             lines += ["", "Recommended environment (paste before launching):", block]
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        """One line: the :attr:`verdict`, how many checks, the names of those that failed or warned, and the plan
+        checked, e.g. ``EnvReport(OK with 1 warning(s): 19 checks; warn: host_memory; plan: qwen-14b, 8 GPU(s),
+        ZeRO-3)``; ``print()`` it (:meth:`__str__`) for every check with its reason and fix."""
+        parts = [f"{self.verdict}: {len(self.checks)} checks"]
+        if self.failed:
+            parts.append("fail: " + ", ".join(c.name for c in self.failed))
+        if self.warnings:
+            parts.append("warn: " + ", ".join(c.name for c in self.warnings))
+        if self.plan:
+            parts.append(f"plan: {self.plan.model or 'no model'}, {self.plan.num_gpus} GPU(s), {self.plan.label}")
+        return f"EnvReport({'; '.join(parts)})"
+
     def _repr_html_(self) -> str:
         colors = {"ok": "#2e7d32", "warn": "#ef6c00", "fail": "#c62828"}
         rows = []

@@ -17,6 +17,7 @@ Units: GiB = 2**30 bytes, GB = 10**9 bytes (bandwidths, as vendors state them).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import os
 import re
@@ -298,9 +299,27 @@ def terminal_progress(stream=None) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def quiet_loading_bars(stream=None):
+    """Inside the block, transformers' own progress bars (``from_pretrained``'s "Loading weights: 0%|…") are
+    off unless ``stream`` (default ``sys.stderr``) is a terminal (:func:`terminal_progress`): in a notebook
+    kernel or a rank's log file every redraw would be kept as text (papermill keeps a widget's text too).
+    Only the bars: transformers' warnings and logging are untouched. The caller's setting is restored after;
+    yields True when the bars were switched off here."""
+    from transformers.utils import logging as hf_logging
+    quiet = not terminal_progress(stream) and hf_logging.is_progress_bar_enabled()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        yield quiet
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
+
+
 __all__ = ["GPU_COMPUTE_CAPABILITY", "LIBAIO_PACKAGES", "PCIE4_X16_GBPS", "RTX4090_BF16_TFLOPS", "free_port",
-           "gpu_compute_capability", "hardware_label", "libaio_present", "nvml_gpus", "on_gpu_machine", "rehearsal",
-           "scaled_budget_gib", "terminal_progress", "throughput_ceiling"]
+           "gpu_compute_capability", "hardware_label", "libaio_present", "nvml_gpus", "on_gpu_machine", "quiet_loading_bars",
+           "rehearsal", "scaled_budget_gib", "terminal_progress", "throughput_ceiling"]
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:

@@ -163,6 +163,27 @@ class LintReport(list):
         lines.append(f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)")
         return "\n".join(lines)
 
+    #: Findings :meth:`__repr__` lists before it says how many more there are.
+    REPR_FINDINGS = 10
+
+    def __repr__(self) -> str:
+        """The file linted and the counts, then one ``severity path: message`` line per finding (the first
+        :attr:`REPR_FINDINGS`, each message shortened to one line): what a plain-text view of a notebook shows;
+        ``print()`` it (:meth:`__str__`) for every message in full with its fix."""
+        import textwrap
+        where = f" of {Path(self.source).name}" if self.source else ""
+        if not self.readable:
+            head = f"LintReport{where}: the file cannot be used"
+        elif not len(self):
+            return f"LintReport{where}: no problems found"
+        else:
+            head = f"LintReport{where}: {len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+        lines = [head] + [f"  {f.severity:<7} " + textwrap.shorten(f"{f.path}: {f.message}", 120, placeholder=" …")
+                          for f in self[:self.REPR_FINDINGS]]
+        if len(self) > self.REPR_FINDINGS:
+            lines.append(f"  … and {len(self) - self.REPR_FINDINGS} more (print() the report for all, with fixes)")
+        return "\n".join(lines)
+
 
 class LintParseError(ValueError):
     """A config file is missing or not valid JSON. ``finding`` holds file, line, column, cause."""

@@ -339,6 +339,14 @@ class MemoryEstimate:
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        """One line: model, GPU count and :attr:`verdict` (GPU and host totals in GiB against the plan's), e.g.
+        ``MemoryEstimate(qwen-14b, 8 GPU(s), 14,167,290,880 parameters: ZeRO-2: GPU 38.0/24 GiB DOES NOT FIT;
+        …)``; ``print()`` it (:meth:`__str__`) for every component."""
+        p = self.plan
+        return (f"MemoryEstimate({p.model or 'no model'}, {p.num_gpus} GPU(s), {self.params:,} parameters: "
+                f"{self.verdict})")
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -381,6 +389,16 @@ class SweepResult:
 
     def __str__(self) -> str:
         return self.to_frame().to_string(index=False)
+
+    def __repr__(self) -> str:
+        """A header (how many variants, of which model on how many GPUs) and one :attr:`MemoryEstimate.verdict`
+        line per variant: what a plain-text view of a notebook shows (:meth:`to_frame` has every column)."""
+        if not self.estimates:
+            return "SweepResult: no variants"
+        shapes = list(dict.fromkeys(f"{e.plan.model or 'no model'} on {e.plan.num_gpus} GPU(s)"
+                                    for e in self.estimates))
+        head = f"SweepResult: {len(self.estimates)} variant(s) of {', '.join(shapes)}"
+        return "\n".join([head] + [f"  {e.verdict}" for e in self.estimates])
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -134,12 +135,16 @@ def reference_projection(notebook: str, num_params: int | None = None,
 
 
 def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
-    """What each reference file says about itself: its ``what`` line and each ``not_run`` entry
-    (what could not be measured, and why), prefixed with the file name; [] when there are none.
+    """One line per reference file that holds run records: what it measured, on which hardware and when, how
+    many runs it recorded (by status) and how many did not run, with their reasons de-duplicated; [] when
+    there are none.
 
-    A ``not_run`` entry is a sentence, or a record ``{"name", "why", "note"}`` written as one line
-    (``not run: NAME — NOTE: WHY``); records of the same name (one per device call) become one line
-    with their reasons joined by ``; ``."""
+    ``FILE — HARDWARE, DATE: WHAT; N runs (k ok, m gpu_oom); M not run: REASON (count); NAME: REASON; SENTENCE``.
+    The hardware is the records' own label (:func:`_hardware`: the file's machine block where the record has
+    none); a reason drops the device call's bookkeeping (``the device call's time ran out (-8 s left)`` and
+    ``… (71 s left)`` are one reason, ``the device call's time ran out``). A ``not_run`` entry of the file is
+    a record ``{"name", "why", "note"}`` or a sentence; a record whose ``status`` is ``not_run`` counts too,
+    its ``message`` the reason; a name is counted once."""
     folder = Path(directory) if directory else REFERENCE_DIR
     notes = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -147,28 +152,67 @@ def reference_notes(directory: str | os.PathLike | None = None) -> list[str]:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if isinstance(data, Mapping) and _records_of(data):
-            if data.get("what"):
-                notes.append(f"{path.name}: {data['what']}")
-            notes += [f"{path.name}: not run: {line}" for line in _not_run_lines(data.get("not_run") or [])]
+        records = _records_of(data) if isinstance(data, Mapping) else []
+        if not records:
+            continue
+        ran = [r for r in records if str(r.get("status")) != "not_run"]
+        hardware = _hardware_span([_hardware(r) for r in (ran or records)])
+        head = path.name + (f" — {', '.join(x for x in (hardware, data.get('date')) if x)}"
+                            if hardware or data.get("date") else "")
+        parts = [str(data["what"])] if data.get("what") else []
+        if ran:
+            counts: dict[str, int] = {}
+            for r in ran:
+                counts[str(r.get("status") or "no status")] = counts.get(str(r.get("status") or "no status"), 0) + 1
+            parts.append(f"{len(ran)} run(s) ({', '.join(f'{n} {status}' for status, n in counts.items())})")
+        not_run = _not_run_summary(records, data.get("not_run") or [])
+        if not_run:
+            parts.append(not_run)
+        notes.append(head + (": " + "; ".join(parts) if parts else ""))
     return notes
 
 
-def _not_run_lines(entries) -> list[str]:
-    """``not_run`` entries as readable lines, in order, records of one name merged (see :func:`reference_notes`)."""
-    lines: dict[str, list] = {}  # name (or the sentence itself) -> [note, [reasons]]
+_SECONDS_LEFT = re.compile(r"\s*\(-?\d+(?:\.\d+)?\s*s left\)")
+
+
+def _reason(text) -> str:
+    """A not-run reason without the device call's bookkeeping: ``(-8 s left)`` / ``(71 s left)`` dropped,
+    ``time ran out first`` read as ``time ran out``."""
+    return re.sub(r"\btime ran out first\b", "time ran out", _SECONDS_LEFT.sub("", str(text))).strip()
+
+
+def _not_run_summary(records, entries) -> str:
+    """``M not run: …`` for :func:`reference_notes`: the names that did not run (records of status ``not_run``
+    and the file's ``not_run`` entries, each name once), grouped by reason; "" when none."""
+    reasons: dict[str, list[str]] = {}  # name (or a sentence) -> its distinct reasons
+    for r in records:
+        if str(r.get("status")) == "not_run":
+            name = str(r.get("name") or r.get("message") or "a run")
+            reasons.setdefault(name, [])
+            why = _reason(r.get("message") or "")
+            if why and why not in reasons[name]:
+                reasons[name].append(why)
     for n in entries:
-        if isinstance(n, Mapping) and n.get("name"):
-            entry = lines.setdefault(str(n["name"]), [n.get("note"), []])
-            why = n.get("why")
-            if why and str(why) not in entry[1]:
-                entry[1].append(str(why))
-        else:
-            lines.setdefault(str(n), [None, []])
-    out = []
-    for name, (note, whys) in lines.items():
-        out.append(name + (f" — {note}" if note else "") + (f": {'; '.join(whys)}" if whys else ""))
-    return out
+        name = str(n["name"]) if isinstance(n, Mapping) and n.get("name") else str(n)
+        reasons.setdefault(name, [])
+        why = _reason(n.get("why") or "") if isinstance(n, Mapping) else ""
+        if why and why not in reasons[name]:
+            reasons[name].append(why)
+    if not reasons:
+        return ""
+    groups: dict[str, list[str]] = {}  # reason -> names; a name without one stands alone (a sentence)
+    for name, whys in reasons.items():
+        for why in whys or [""]:
+            groups.setdefault(why or name, []).append(name)
+    shown = []
+    for why, names in groups.items():
+        if why in reasons and not reasons[why]:
+            shown.append(why)                       # a sentence: it says itself why
+        elif len(names) == 1:
+            shown.append(f"{names[0]}: {why}")
+        else:                                       # the count only where other reasons follow
+            shown.append(why if len(groups) == 1 else f"{why} ({len(names)})")
+    return f"{len(reasons)} not run: " + "; ".join(shown)
 
 
 def _pick(record: Mapping, *keys):
@@ -191,8 +235,38 @@ def _variant(record: Mapping) -> str | None:
     return variant
 
 
+#: A GPU's model name inside a free-text machine description (``1 x NVIDIA H200 (139.8 GiB), capped at …``,
+#: ``NVIDIA H200, 143771 MiB, 580.159.04``, ``one NVIDIA GeForce RTX 4090``).
+_GPU_NAME = re.compile(r"(NVIDIA(?: [A-Za-z0-9][\w-]*)+?|(?:GeForce )?RTX \d{4}\w*)"
+                       r"(?=\s*(?:[(,;:]|capped\b|per\b|each\b|$))")
+_CAPPED = re.compile(r"capped at (\d+(?:\.\d+)?) ?GiB")
+
+
+def _machine_text(common: Mapping) -> str:
+    """The GPU part of a file's ``machine`` block: the block itself when it is a sentence, else its
+    ``gpus``/``gpu`` entry; "" when there is none."""
+    machine = common.get("machine")
+    if isinstance(machine, Mapping):
+        machine = machine.get("gpus") or machine.get("gpu")
+    return str(machine) if isinstance(machine, str) else ""
+
+
+def _world(record: Mapping):
+    """The ranks of a record: its ``world_size``/``num_gpus`` (or its plan's), else the ``on N rank(s)`` of its
+    launch message (``3 steps on 1 rank: …``); None when neither says."""
+    world = _pick(record, "world_size", "num_gpus")
+    if world is None:
+        m = re.search(r"\bon (\d+) ranks?\b", str(record.get("message") or ""))
+        world = int(m.group(1)) if m else None
+    return world
+
+
 def _hardware(record: Mapping) -> str:
-    """``2 × NVIDIA H200 capped at 24 GiB`` from a record's own fields or its file's machine/versions."""
+    """``2 × NVIDIA H200 capped at 24 GiB`` from a record's own fields or its file's machine/versions/what:
+    the GPU's name from the record, else from ``versions.gpus``, else read out of the ``machine`` block; the
+    cap (per-process memory limit, GiB) from the record, else a plan below the GPU's memory, else the
+    ``capped at N GiB`` of the machine block or of the file's ``what``. ``GPU (unlabelled)`` when nothing names
+    the GPU."""
     common = record.get("_common") or {}
     hw = _pick(record, "hardware", "gpu", "gpu_name", "device")
     if isinstance(hw, Mapping):
@@ -200,16 +274,42 @@ def _hardware(record: Mapping) -> str:
     versions = common.get("versions") or {}
     if not hw and versions.get("gpus"):
         hw = versions["gpus"][0]
-    if not hw and isinstance(common.get("machine"), Mapping):
-        hw = common["machine"].get("gpus")
-    world = _pick(record, "world_size", "num_gpus")
+    machine = _machine_text(common)
+    if not hw and machine:
+        m = _GPU_NAME.search(machine)
+        hw = m.group(1) if m else None
+    world = _world(record)
     cap = _pick(record, "emulate_gpu_memory_gib", "gpu_memory_cap_gib")
     total = versions.get("gpu_memory_gib")
     if cap is None and isinstance(total, (int, float)):
         planned = (record.get("plan") or {}).get("gpu_memory_gib")
         cap = planned if isinstance(planned, (int, float)) and planned < total - 1 else None
+    if cap is None and hw:
+        m = _CAPPED.search(machine) or _CAPPED.search(str(common.get("what") or ""))
+        cap = float(m.group(1)) if m else None
     text = f"{world} × {hw}" if (hw and world and " x " not in str(hw)) else (hw or "GPU (unlabelled)")
     return f"{text} capped at {cap:g} GiB" if isinstance(cap, (int, float)) else str(text)
+
+
+def _hardware_span(labels) -> str:
+    """The distinct hardware labels of one file, ``1 × X`` and ``2 × X`` read as ``1 or 2 × X``; unlabelled
+    ones left out; "" when none is known."""
+    by_rest: dict[str, list[str]] = {}
+    for label in labels:
+        if not label or label.startswith("GPU (unlabelled)"):
+            continue
+        count, sep, rest = label.partition(" × ")
+        key, n = (rest, count) if sep and count.isdigit() else (label, "")
+        if n not in by_rest.setdefault(key, []):
+            by_rest[key].append(n)
+    out = []
+    for rest, counts in by_rest.items():
+        known = [c for c in counts if c]
+        if known:
+            out.append(f"{' or '.join(sorted(known, key=int))} × {rest}")
+        else:
+            out.append(rest)
+    return ", ".join(out)
 
 
 def _mean(values, first: bool):
@@ -236,7 +336,7 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
         projection = r.get("projection_rtx4090") or {}
         rows.append({"hardware": _hardware(r), "run": _variant(r), "name": r.get("name"),
                      "model": Path(str(model)).name if model else None,
-                     "world size": _pick(r, "world_size", "num_gpus"), "status": _pick(r, "status"),
+                     "world size": _world(r), "status": _pick(r, "status"),
                      "loss first": _pick(r, "first5_mean_loss") or _mean(losses, True),
                      "loss last": _pick(r, "last5_mean_loss") or _mean(losses, False),
                      "tokens/s": _pick(r, "tokens_per_s"),

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from .hardware import flops_per_token  # noqa: F401 - the formula lives with the hardware facts
+from .hardware import quiet_loading_bars
 from .plan import OFFLOAD_TARGETS, PRECISIONS, ZERO_STAGES
 
 GIB = 2 ** 30
@@ -796,8 +797,9 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                  "--trust-remote-code)" if args.trust_remote_code else "[model] trust_remote_code=False: only "
                  "transformers' own modelling code runs")
     if spec.has_weights:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None,
-                                                     trust_remote_code=args.trust_remote_code, local_files_only=True)
+        with quiet_loading_bars():  # the rank's stderr is its log file: no "Loading weights" redraws there
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None,
+                                                         trust_remote_code=args.trust_remote_code, local_files_only=True)
         safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
         origin = f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
     else:
@@ -1120,7 +1122,7 @@ def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full
         # Load as a plain model: with ZeRO-3 init active, from_pretrained would partition it across
         # ranks (a collective the other ranks are not in).
         from .models import _zero3_init_suspended
-        with _zero3_init_suspended():
+        with _zero3_init_suspended(), quiet_loading_bars():
             reloaded = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
         shapes = {n: tuple(p.shape) for n, p in reloaded.state_dict().items()}
         empty = [n for n, s in shapes.items() if math.prod(s) == 0]

@@ -405,6 +405,35 @@ def test_datasets_bars_stay_out_of_a_notebook(tmp_path, capfd):
     assert not datasets.are_progress_bars_disabled()  # the caller's setting is restored
 
 
+def test_transformers_loading_bar_stays_out_of_a_notebook(tmp_path, capfd):
+    """from_pretrained's "Loading weights" tqdm bar (transformers 5) is kept as text by papermill: off outside a
+    terminal, on in one, transformers' own setting restored after and its warnings still shown."""
+    import io
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+    from cookbook import hardware
+    from cookbook.models import DATA_DIR
+    folder = tmp_path / "tiny"
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(DATA_DIR / "models" / "tiny-llama")).save_pretrained(folder)
+    capfd.readouterr()
+    assert hf_logging.is_progress_bar_enabled()
+    AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    assert "Loading weights" in capfd.readouterr().err  # the bar this guards against (the test can fail)
+    with hardware.quiet_loading_bars() as quiet:  # pytest captures stderr: not a terminal
+        assert quiet and not hf_logging.is_progress_bar_enabled()
+        AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        hf_logging.get_logger("transformers").warning("still warned")
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "still warned" in err
+    assert hf_logging.is_progress_bar_enabled()  # restored
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    with hardware.quiet_loading_bars(Tty()) as quiet:  # a terminal keeps the bar
+        assert not quiet and hf_logging.is_progress_bar_enabled()
+
+
 def test_python_caller_plan_is_not_called_a_rehearsal_default(tmp_path, capsys):
     """A Plan built in Python (a notebook) chose its shape on purpose: no "[plan] note: ... are the defaults"
     (the note is for the command line, where launch knows what was typed)."""

@@ -108,22 +108,36 @@ def test_a_notebook_edited_and_saved_in_jupyterlab_is_cleaned_back_to_source(tmp
     assert saved.read_text() != original
 
 
-def test_reference_notes_printed_by_01_to_03_are_readable_lines(tmp_path):
-    # 01-03 print reference.reference_notes(): a not_run record is one line, not a Python dict; the same
-    # name from two device calls is one line with both reasons
+def test_reference_notes_printed_by_01_to_06_are_one_tidy_line_per_file(tmp_path):
+    # 01-06 print reference.reference_notes(): one line per file (what, hardware from the machine block, runs by
+    # status, the not-run count with de-duplicated reasons), no Python dict, no device-call bookkeeping
     from cookbook import reference
-    (tmp_path / "levers.json").write_text(json.dumps({"what": "levers", "runs": [{"status": "ok"}], "not_run": [
-        {"name": "trainer-article", "why": "time ran out (-8 s left)", "note": "HF Trainer + the article's config"},
-        {"name": "bind", "why": "time ran out (-8 s left)"},
-        {"name": "trainer-article", "why": "time ran out (71 s left)", "note": "HF Trainer + the article's config"},
-        "LLaMA-7B ladder (device time)"]}))
+    (tmp_path / "levers.json").write_text(json.dumps({
+        "what": "levers", "date": "2026-12-01",
+        "machine": "lent nvidia-h200: one NVIDIA H200 (143,771 MiB) capped at 24 GiB per rank, 16 cores",
+        "runs": [{"name": "recipe", "status": "ok", "message": "6 steps on 1 rank: loss 10.8 → 7.7"},
+                 {"name": "zenflow", "status": "failed", "message": "rank0: AssertionError"},
+                 {"name": "nvme-3b", "status": "not_run", "message": "the device call's time ran out first"}],
+        "not_run": [
+            {"name": "trainer-article", "why": "the device call's time ran out (-8 s left)", "note": "HF Trainer"},
+            {"name": "bind", "why": "the device call's time ran out (-8 s left)"},
+            {"name": "trainer-article", "why": "the device call's time ran out (71 s left)", "note": "HF Trainer"},
+            {"name": "ratio", "why": "ZeRO-3 only"},
+            "LLaMA-7B ladder (device time)"]}))
+    (tmp_path / "calib.json").write_text(json.dumps({"what": "calibration", "results": [
+        {"name": "a", "status": "gpu_oom", "plan": {"num_gpus": 2}}, {"name": "b", "status": "not_run",
+                                                                       "message": "the device call's time ran out first"}],
+        "not_run": ["b"], "machine": {"gpu": "NVIDIA H200, 143771 MiB, 580.159.04"}}))
     notes = reference.reference_notes(tmp_path)
-    assert notes == ["levers.json: levers",
-                     "levers.json: not run: trainer-article — HF Trainer + the article's config: time ran out "
-                     "(-8 s left); time ran out (71 s left)",
-                     "levers.json: not run: bind: time ran out (-8 s left)",
-                     "levers.json: not run: LLaMA-7B ladder (device time)"]
-    assert not any("{" in n or "'name'" in n for n in reference.reference_notes())  # the shipped files too
+    assert notes == [
+        "calib.json — 2 × NVIDIA H200: calibration; 1 run(s) (1 gpu_oom); 1 not run: b: the device call's time ran out",
+        "levers.json — 1 × NVIDIA H200 capped at 24 GiB, 2026-12-01: levers; 2 run(s) (1 ok, 1 failed); 5 not run: "
+        "the device call's time ran out (3); ratio: ZeRO-3 only; LLaMA-7B ladder (device time)"]
+    shipped = reference.reference_notes()
+    assert len(shipped) == len({n.split(" ")[0] for n in shipped})  # one line per file
+    assert not any("{" in n or "'name'" in n or "s left)" in n or "unlabelled" in n for n in shipped)
+    frame = reference.reference_frame()
+    assert not frame["hardware"].str.contains("unlabelled").any()  # every shipped file names its GPU
 
 
 # ----------------------------------------------------------------------------------------------
