@@ -343,6 +343,34 @@ def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):
         ckpt.rotate(root, 0)
 
 
+def test_to_fp32_refusals_name_the_argument_the_value_and_what_to_give(tmp_path, capsys):
+    """`cookbook to-fp32 PATH OUT` for a path that is not a complete checkpoint: each case said as it is (not
+    "no COMPLETE marker" for a folder that does not exist), on stderr, exit 2; nothing written to OUT."""
+    hint = "give a checkpoint folder written by cookbook train (OUTPUT_DIR/checkpoints/step-NNNNNNNN)"
+    missing, out = tmp_path / "nonexistent", tmp_path / "out"
+    assert main(["to-fp32", str(missing), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint '{missing}': the folder does not exist; {hint}" in err and "COMPLETE" not in err
+    (tmp_path / "a-file").write_text("x")
+    assert main(["to-fp32", str(tmp_path / "a-file"), str(out)]) == 2
+    assert "a file, not a folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["to-fp32", str(tmp_path / "empty"), str(out)]) == 2
+    assert "not a cookbook checkpoint" in capsys.readouterr().err
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000004" / "deepspeed").mkdir(parents=True)  # a save that never finished
+    assert main(["to-fp32", str(run / "checkpoints" / "step-00000004"), str(out)]) == 2
+    assert "step-00000004: no COMPLETE marker (the save did not finish)" in capsys.readouterr().err
+    assert main(["to-fp32", str(run), str(out)]) == 2
+    assert f"a run folder without a complete checkpoint under {run / 'checkpoints'}" in capsys.readouterr().err
+    assert not out.exists()
+    # Python callers get the same words, raised
+    with pytest.raises(FileNotFoundError, match="the folder does not exist"):
+        ckpt.to_fp32(missing, out)
+    _fake_checkpoint(run / "checkpoints", 2)
+    assert ckpt.checkpoint_problem(run) is None and ckpt.checkpoint_problem(run / "checkpoints" / "step-00000002") is None
+
+
 def test_config_scheduler_block_is_the_schedule_described(tmp_path, capsys):
     """A config's own scheduler block is what DeepSpeed runs: the console, run.resolved.yaml and the train
     command say that block (a constant WarmupLR here, from `cookbook config` without --total-steps), and a
