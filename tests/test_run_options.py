@@ -300,6 +300,21 @@ def test_fp16_on_the_cpu_rehearsal_refused_before_launch(tmp_path):
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def test_seq_len_under_the_minimum_names_the_flag(tmp_path, capsys):
+    """cookbook train --seq-len 1 names --seq-len (not the internal seq_len field), before anything is written;
+    the training entry itself (python -m cookbook.train) says the same."""
+    assert main(["train", "--seq-len", "1", "--dry-run", "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--seq-len 1: too short to train on" in err and "set --seq-len to 64 or more" in err and "seq_len" not in err
+    assert not (tmp_path / "run").exists()
+    from cookbook.train import validate_args
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    problems = validate_args(parser.parse_args(["--seq-len", "1", "--output-dir", str(tmp_path / "t")]))
+    assert any(p.startswith("--seq-len=1: too short to train on") for p in problems), problems
+    assert not validate_args(parser.parse_args(["--seq-len", "8", "--output-dir", str(tmp_path / "t")]))
+
+
 def test_gradient_checkpointing_default_follows_the_plan(tmp_path, capsys):
     assert main(["train", "--dry-run", "--model", "llama-7b", "--lr", "2e-5", "--max-steps", "3", "--num-processes",
                  "1", "--seq-len", "256", "--output-dir", str(tmp_path / "a"), "--no-progress"]) == 0
