@@ -296,8 +296,47 @@ def test_fp16_on_the_cpu_rehearsal_refused_before_launch(tmp_path):
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         pytest.skip("this CPU trains fp16 (oneDNN fp16): DeepSpeed's CPU accelerator accepts it")
     res = launch(plan(precision="fp16"), tmp_path / "run", progress=False, quiet=True)
-    assert res.status == "config_error" and "--precision fp16" in res.message and "bf16 or fp32" in res.message
+    # from Python: the argument's name; what DeepSpeed's CPU accelerator supports; the fix
+    assert res.status == "config_error" and res.message.startswith("precision='fp16': this machine has no NVIDIA GPU")
+    assert "trains in fp32 and bf16" in res.message and "--precision" not in res.message
+    assert res.message.endswith("Fix: use precision='bf16' or precision='fp32' here (fp16 is for NVIDIA GPUs older "
+                                "than Ampere)")
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_fp16_on_the_cpu_rehearsal_names_the_flag_typed(tmp_path, capsys):
+    """cookbook train/launch --precision fp16 on a machine without a GPU (and a CPU without oneDNN fp16): the refusal
+    names --precision fp16 and the fix in flags, also in a dry run (which used to end on the DeepSpeed-JSON
+    "fp16.enabled" lint finding) and when the option fills a user config's "auto" fp16 block."""
+    import torch
+    from cookbook.launch import on_gpu_machine
+    if on_gpu_machine() or torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        pytest.skip("this machine trains fp16")
+    fix = "Fix: use --precision bf16 or --precision fp32 here"
+    for command, extra in (("train", []), ("train", ["--dry-run"]), ("launch", ["--dry-run"])):
+        out = tmp_path / f"{command}{len(extra)}"
+        assert main([command, "--precision", "fp16", "--max-steps", "1", "--output-dir", str(out), "--no-progress",
+                     "--json", *extra]) == 2
+        res = json.loads(capsys.readouterr().out)
+        assert res["status"] == "config_error" and res["message"].startswith("--precision fp16: this machine has no NVIDIA GPU")
+        assert "fp32 and bf16" in res["message"] and fix in res["message"] and "fp16.enabled" not in res["message"]
+        assert not out.exists()
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 2}, "fp16": {"enabled": "auto"}}))
+    assert main(["launch", "--config", str(cfg), "--precision", "fp16", "--max-steps", "1", "--output-dir",
+                 str(tmp_path / "c"), "--no-progress", "--json"]) == 2
+    res = json.loads(capsys.readouterr().out)
+    assert "fp16.enabled: --precision fp16 (filled into fp16.enabled): this machine has no NVIDIA GPU" in res["message"]
+    assert fix in res["message"] and 'set fp16.enabled to "auto"' not in res["message"]
+    # the linter, reading the config as cookbook launch does
+    assert main(["lint", str(cfg), "--precision", "fp16"]) == 1
+    text = capsys.readouterr().out
+    assert "--precision fp16 (filled into fp16.enabled)" in text and "use --precision bf16 or --precision fp32" in text
+    # a dry run of a real model on this CPU plans a GPU run elsewhere: this CPU's lack of fp16 is no refusal
+    assert main(["train", "--precision", "fp16", "--model", "llama-7b", "--lr", "1e-5", "--max-steps", "2", "--dry-run",
+                 "--output-dir", str(tmp_path / "gpu"), "--no-progress", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "dry_run" and "fp16" not in res["message"]
 
 
 def test_seq_len_under_the_minimum_names_the_flag(tmp_path, capsys):
