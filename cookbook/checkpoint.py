@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from pathlib import Path
 
 PREFIX = "step-"
@@ -170,6 +171,39 @@ def fp32_conversion_host_gib(num_params: int) -> float:
     return 8 * num_params / 2 ** 30
 
 
+#: What the ``checkpoint`` argument of :func:`to_fp32` (``cookbook to-fp32 CHECKPOINT``) takes, for its refusals.
+CHECKPOINT_HINT = ("give a checkpoint folder written by cookbook train (OUTPUT_DIR/checkpoints/step-NNNNNNNN) or the "
+                   "run's OUTPUT_DIR (its newest complete checkpoint)")
+
+
+def checkpoint_problem(checkpoint: str | os.PathLike) -> str | None:
+    """Why ``checkpoint`` (the argument of :func:`to_fp32`) is not a complete cookbook checkpoint, naming the
+    argument, its value and the fix; None when it is one (or a run folder holding one). Told apart: a path
+    that does not exist, a file, a run folder without a complete checkpoint, a folder that is no checkpoint
+    at all, and a checkpoint whose save did not finish (no ``COMPLETE`` marker, missing or cut files)."""
+    folder = Path(checkpoint)
+    arg = f"checkpoint {str(checkpoint)!r}"
+    if not folder.exists():
+        return f"{arg}: the folder does not exist; {CHECKPOINT_HINT}"
+    if not folder.is_dir():
+        return f"{arg}: a file, not a folder; {CHECKPOINT_HINT}"
+    if (folder / "checkpoints").is_dir():
+        found, _ = find_resumable(folder / "checkpoints")
+        if found is None:
+            why = [is_complete(f)[1] for f in sorted((folder / "checkpoints").glob(f"{PREFIX}*"))]
+            return (f"{arg}: a run folder without a complete checkpoint under {folder / 'checkpoints'}"
+                    + (f" ({'; '.join(why)})" if why else "") + "; train with --save-steps N (or let the run "
+                    "reach its final save), then give that folder again")
+        return None
+    ok, why = is_complete(folder)
+    if ok:
+        return None
+    if not (folder / MARKER).exists() and not any((folder / n).exists() for n in ("deepspeed", "trainer_state.json")):
+        return (f"{arg}: not a cookbook checkpoint (no {MARKER} marker, no deepspeed/ folder, no checkpoints/ "
+                f"folder); {CHECKPOINT_HINT}")
+    return f"{arg}: {why}; give a complete one (a step-NNNNNNNN folder beside it, or the run's OUTPUT_DIR)"
+
+
 def to_fp32(checkpoint: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """Write fp32 weights (safetensors) from a cookbook checkpoint with DeepSpeed's ``zero_to_fp32``,
     plus the config and tokenizer, so ``AutoModelForCausalLM.from_pretrained(output_dir)`` loads them.
@@ -179,18 +213,16 @@ def to_fp32(checkpoint: str | os.PathLike, output_dir: str | os.PathLike) -> Pat
         output_dir: where to write.
 
     Raises:
-        FileNotFoundError: no complete checkpoint there.
+        FileNotFoundError: no complete checkpoint there (the message names ``checkpoint``, its value and
+            what to give instead: see :func:`checkpoint_problem`).
     """
-    from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_state_dict
     folder = Path(checkpoint)
+    problem = checkpoint_problem(checkpoint)
+    if problem:
+        raise FileNotFoundError(problem)
     if (folder / "checkpoints").is_dir():
-        found, _ = find_resumable(folder / "checkpoints")
-        if found is None:
-            raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: no complete checkpoint under {folder / 'checkpoints'}")
-        folder = found
-    ok, why = is_complete(folder)
-    if not ok:
-        raise FileNotFoundError(f"checkpoint={str(checkpoint)!r}: {why}")
+        folder, _ = find_resumable(folder / "checkpoints")
+    from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_state_dict
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     convert_zero_checkpoint_to_state_dict(str(folder / "deepspeed"), str(out), safe_serialization=True, tag="pytorch_model")
@@ -267,7 +299,7 @@ def _to_fp32_cli(args) -> int:
     try:
         out = to_fp32(args.checkpoint, args.output_dir)
     except FileNotFoundError as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"fp32 weights written to {out}")
     return 0

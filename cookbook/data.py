@@ -603,8 +603,10 @@ def tokenize(records, tokenizer, seq_len: int, *, packing: bool = False) -> Toke
         DataError: ``seq_len`` under 8; chat records and a tokenizer without a chat template; no example
             keeps a token to learn from.
     """
-    if seq_len < 8:
-        raise DataError(f"seq_len={seq_len}: too short for an instruction and a response; use 64 or more")
+    from .plan import MIN_SEQ_LEN
+    if seq_len < MIN_SEQ_LEN:
+        raise DataError(f"seq_len={seq_len}: too short to train on: a row of fewer than {MIN_SEQ_LEN} tokens has no "
+                        f"room for an instruction and a response; set seq_len to 64 or more (at least {MIN_SEQ_LEN})")
     if not isinstance(records, Records):
         records = normalise(list(records))
     # the launcher and a notebook call this again for the same file: reuse the result (keyed by the file's

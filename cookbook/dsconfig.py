@@ -780,9 +780,15 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
         return names.get(key, key)
 
     def opt(key: str, value) -> str:
+        """Where ``value`` of plan field/option ``key`` came from: the typed option, the config key that
+        set it (:func:`take` records it in ``origin``, also when it equals the default), else the default."""
         lab = label(key)
         text = f"{lab} {_j(value)}" if lab.startswith("-") else f"{lab}={value!r}"
-        return text if key in stated else text + " (default)"
+        if key in stated:
+            return text
+        if key in origin and fields.get(key) == value:
+            return f"{origin[key]} {_j(cfg_written.get(key, value))} in {cname}"
+        return text + " (default)"
 
     def add(path, value, source, how):
         rows.append(Filled(path, value, source, how))
@@ -812,20 +818,26 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     # ---- A. the plan fields the config fixes ----------------------------------------------------
     fields = plan.to_dict()
     origin: dict[str, str] = {}  # plan field -> config path that decided it (for messages)
+    cfg_written: dict[str, object] = {}  # plan field -> the value as the config writes it (bf16.enabled: true)
     zero = cfg.get("zero_optimization")
     zero = zero if isinstance(zero, dict) else None
 
     def take(field, path, value, cfg_value=None, matching=None):
         """The config fixes plan ``field`` to ``value`` (written ``cfg_value`` at ``path``)."""
         cfg_value = value if cfg_value is None else cfg_value
-        if value == getattr(plan, field) or (field in origin and fields[field] == value):
+        if field in origin and fields[field] == value:
+            return
+        if value == getattr(plan, field):
+            if field not in stated:  # the config set it (to the default's value): messages credit the config
+                origin[field], cfg_written[field] = path, cfg_value
             return
         if field in stated:
             disagree(path, cfg_value, field, getattr(plan, field), matching)
             return
+        over = opt(field, getattr(plan, field))
         fields[field] = value
-        origin[field] = path
-        add(path, cfg_value, f"{cname} (over {opt(field, getattr(plan, field))})", "kept")
+        origin[field], cfg_written[field] = path, cfg_value
+        add(path, cfg_value, f"{cname} (over {over})", "kept")
 
     if zero is not None:
         st = zero.get("stage")
@@ -1047,7 +1059,7 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     if _fixed_int(tb) and int(tb) != mb * ga * world:
         problems.append(Problem(
             "train_batch_size", f"train_batch_size {_j(tb)} in {cname}, but micro batch {mb} × accumulation {ga} × "
-            f"world size {world} = {mb * ga * world} ({', '.join(_batch_sources(origin, stated, opt, mb, ga, world, cname))})",
+            f"world size {world} = {mb * ga * world} ({', '.join(_batch_sources(opt, mb, ga, world))})",
             f"set train_batch_size to \"auto\" (or {mb * ga * world}), or change the micro batch, accumulation or "
             f"{label('num_gpus')} so that they multiply to {_j(tb)}"))
 
@@ -1064,11 +1076,10 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     return Resolution(cfg, config, eff, tuple(rows), tuple(problems), cname)
 
 
-def _batch_sources(origin, stated, opt, mb, ga, world, cname) -> list[str]:
-    out = [f"micro batch from {cname}" if origin.get("micro_batch") else opt("micro_batch", mb),
-           f"accumulation from {cname}" if origin.get("grad_accum") else opt("grad_accum", ga),
-           opt("num_gpus", world)]
-    return out
+def _batch_sources(opt, mb, ga, world) -> list[str]:
+    """The source of each factor of the batch, in words: the typed option, the config key that set it, or the
+    option's default (``opt`` credits a config key recorded in ``origin``)."""
+    return [opt("micro_batch", mb), opt("grad_accum", ga), opt("num_gpus", world)]
 
 
 def _walk_leaves(node, prefix=""):

@@ -355,6 +355,30 @@ def extensions_dir() -> Path:
     return Path.home() / ".cache" / "torch_extensions" / f"cookbook-{tag}"
 
 
+def cpu_fp16_refusal(name: str | None = "--precision", *, filled_into: str | None = None) -> tuple[str, str]:
+    """Why fp16 cannot train on this machine (no NVIDIA GPU, a CPU without oneDNN fp16), and the fix, naming the
+    precision as its user typed it: ``name`` a flag (``--precision``: ``--precision fp16``) or a Python name
+    (``precision``: ``precision='fp16'``). What DeepSpeed's CPU accelerator supports is from
+    ``deepspeed/accelerator/cpu_accelerator.py`` (0.19.8): ``is_bf16_supported()`` returns True, and
+    ``is_fp16_supported()`` is ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``; ``supported_dtypes()`` is fp32
+    and bf16, plus fp16 only then. The engine's ``_do_sanity_check`` raises "Type fp16 is not supported on your
+    device" otherwise. ``filled_into``: the config key the option filled (said after the option). Returns
+    ``(why, fix)``."""
+    name = name or "precision"
+    flag = name.startswith("-")
+    shown, bf16, fp32 = ((f"{name} fp16", f"{name} bf16", f"{name} fp32") if flag else
+                         (f"{name}='fp16'", f"{name}='bf16'", f"{name}='fp32'"))
+    if filled_into:
+        shown += f" (filled into {filled_into})"
+    why = (f"{shown}: this machine has no NVIDIA GPU, so the run is a CPU rehearsal on DeepSpeed's CPU accelerator, "
+           "which trains in fp32 and bf16 (CPU_Accelerator.is_bf16_supported() is always True) but in fp16 only on a "
+           "CPU where oneDNN computes fp16 (is_fp16_supported(): torch.ops.mkldnn._is_mkldnn_fp16_supported(), "
+           "AVX512-FP16/AMX-FP16), and this CPU does not: DeepSpeed would stop with 'Type fp16 is not supported on "
+           "your device'")
+    fix = f"use {bf16} or {fp32} here (fp16 is for NVIDIA GPUs older than Ampere)"
+    return why, fix
+
+
 def cpu_fp16_supported() -> bool:
     """Whether DeepSpeed's CPU accelerator computes in fp16 on this CPU (``deepspeed/accelerator/
     cpu_accelerator.py`` ``is_fp16_supported``: ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``, true on

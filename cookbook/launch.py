@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hardware import cpu_fp16_supported, default_precision, extensions_dir, free_port, on_gpu_machine
+from .hardware import cpu_fp16_refusal, cpu_fp16_supported, default_precision, extensions_dir, free_port, on_gpu_machine
 from .models import is_rehearsal_model
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import add_launch_arguments as _add_launch_arguments
@@ -407,7 +407,7 @@ def gpu_build_env(plan: Plan) -> dict:
     return {"OMP_NUM_THREADS": str(max(1, cores // per_machine)), "TORCH_CUDA_ARCH_LIST": ";".join(caps)}
 
 
-def precision_refusal(precision: str, on_gpu: bool) -> str | None:
+def precision_refusal(precision: str, on_gpu: bool, *, name: str | None = "--precision") -> str | None:
     """Why this machine cannot train in ``precision`` (None when it can), by DeepSpeed's own rules.
 
     * no NVIDIA GPU (the CPU rehearsal) and ``fp16``: DeepSpeed's CPU accelerator supports fp16 only
@@ -415,13 +415,15 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
       ``deepspeed/accelerator/cpu_accelerator.py`` = ``torch.ops.mkldnn._is_mkldnn_fp16_supported()``,
       CPUs with AVX-512 FP16 / AMX-FP16);
     * a GPU below compute capability 8.0 and ``bf16`` (``torch.cuda.is_bf16_supported``).
+
+    ``name``: how the precision is named, a flag (``--precision``, the command line) or a Python name
+    (``precision``: ``launch(plan)``), see :func:`cookbook.hardware.cpu_fp16_refusal`.
     """
     if not on_gpu and precision == "fp16":
         if cpu_fp16_supported():  # the same test as the linter's machine rule (cookbook.hardware)
             return None
-        return ("--precision fp16: this machine has no NVIDIA GPU and DeepSpeed's CPU accelerator cannot train in "
-                "fp16 on this CPU (CPU_Accelerator.is_fp16_supported() is False: no oneDNN fp16). Use --precision "
-                "bf16 or fp32 for the CPU rehearsal; fp16 is for GPUs older than Ampere")
+        why, fix = cpu_fp16_refusal(name)
+        return f"{why}. Fix: {fix}"
     if on_gpu and precision == "bf16":
         try:
             import pynvml
@@ -434,8 +436,10 @@ def precision_refusal(precision: str, on_gpu: bool) -> str | None:
         except Exception:  # noqa: BLE001 - unknown: let DeepSpeed decide
             return None
         if caps and min(caps) < (8, 0):
-            return (f"--precision bf16: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
-                    "or newer (Ampere, Ada, Hopper). Use --precision fp16 (with loss scaling) on this GPU")
+            name = name or "precision"
+            shown, fp16 = (f"{name} bf16", f"{name} fp16") if name.startswith("-") else (f"{name}='bf16'", f"{name}='fp16'")
+            return (f"{shown}: this GPU has compute capability {min(caps)[0]}.{min(caps)[1]}; bf16 needs 8.0 "
+                    f"or newer (Ampere, Ada, Hopper). Use {fp16} (with loss scaling) on this GPU")
     return None
 
 
@@ -661,19 +665,21 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
 
 def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
            emulate_gpu_memory_gib: float | None, elsewhere: bool = False,
-           packed_with_mask: bool = False) -> tuple[list, dict | None, list[str]]:
+           packed_with_mask: bool = False, filled=None, names: dict | None = None) -> tuple[list, dict | None, list[str]]:
     """Lint findings, the estimate, and reasons to refuse the launch.
 
     ``elsewhere``: a dry run on a machine without a GPU for a GPU run (a real model): the estimate is
     the GPU run's (device ``cuda``, the plan's host RAM, not this machine's), and what this machine
-    lacks (libaio, a GPU for its precision rules) is a warning, not an error."""
+    lacks (libaio, a GPU for its precision rules) is a warning, not an error. ``filled``, ``names``: the
+    config paths the run's options filled into a user's config and how to name the options (see
+    :func:`cookbook.lint.lint`)."""
     from .lint import lint
     refusals = []
     # mode "deepspeed": cookbook.train hands Accelerate no dataloader, so DeepSpeed gets the config as it
     # stands; a user's config arrives here already resolved (every "auto" filled from the plan). machine:
     # what this machine decides (fp16 without a GPU, NVMe without libaio, this GPU's precision rules)
     findings = lint(ds_config, world_size=plan.world_size, mode="deepspeed", model=str(plan.model), plan=plan,
-                    machine=not elsewhere)
+                    machine=not elsewhere, filled=filled, names=names)
     findings = [f.to_dict() for f in findings]
     if "nvme" in (plan.offload_optimizer, plan.offload_param):
         from .hardware import LIBAIO_PACKAGES, libaio_present
@@ -924,10 +930,14 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             max_steps = opts["max_steps"] = cfg_steps
     opts["lr_source"] = lr_source
 
-    # precision the device cannot run, before anything else is done
-    # (a user's config is checked by the linter's machine rules instead, which name its keys)
-    refused = precision_refusal(plan.precision, on_gpu) if config is None else None
-    if refused and not dry_run:
+    # precision the device cannot run, before anything else is done, named as the caller typed it
+    # (a user's config is checked by the linter's machine rules instead, which name its keys, or the option
+    # that filled them). A dry run on a machine without a GPU that plans a real model's GPU run elsewhere is
+    # not refused for this machine's CPU; fp16 on this CPU is refused in a dry run too (it cannot run here).
+    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
+    refused = (precision_refusal(plan.precision, on_gpu, name=(names or {}).get("precision", "precision"))
+               if config is None and not elsewhere else None)
+    if refused and (not dry_run or not on_gpu):
         return result("config_error", refused, command="")
     liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
     if liger_refused and not dry_run:
@@ -1003,7 +1013,6 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             return result("config_error", str(exc), command="")
 
     # 3. pre-launch guard: lint errors and the estimate
-    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
     if on_gpu and not elsewhere:  # more ranks than GPUs here: each extra rank would die in cuda.set_device
         from .hardware import default_num_processes, gpu_count
         per_machine, gpus = plan.num_gpus // max(1, plan.num_machines), gpu_count()
@@ -1013,9 +1022,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                           + f": this machine has {gpus} GPU(s) visible, one rank per GPU. Fix: --num-processes "
                           f"{default_num_processes(plan.num_machines, gpus=gpus)} (or leave it out: the default is this machine's GPUs), "
                           "or make more GPUs visible (CUDA_VISIBLE_DEVICES)", command="")
+    # the config paths the options filled (the machine rules then name the option: --precision fp16)
+    filled = {r.path for r in resolution.rows if r.how != "kept"} if resolution is not None else None
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
-                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing))
+                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing),
+                                     filled=filled, names=names)
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
     folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .dsconfig import config_world_size  # noqa: F401 - re-exported
-from .hardware import cpu_fp16_supported
+from .hardware import cpu_fp16_refusal, cpu_fp16_supported
 from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
 
@@ -537,6 +537,8 @@ class _Ctx:
         self.will_save = will_save_hf_model
         self.findings: list[Finding] = []
         self.handled: set[str] = set()  # paths a specific rule already reported
+        self.filled: set[str] = set()  # paths the run's options filled (lint(filled=...))
+        self.names: dict = {}  # how to name the options (lint(names=...))
 
     def add(self, severity, path, message, fix):
         self.findings.append(Finding(severity, path, message, fix))
@@ -1435,7 +1437,7 @@ def _rule_buckets(ctx: _Ctx) -> None:
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
          model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True,
          stated=None, names: dict | None = None, lr: float = 3e-3, max_steps: int = 40,
-         warmup_steps: int | None = None, machine: bool = False) -> LintReport:
+         warmup_steps: int | None = None, machine: bool = False, filled=None) -> LintReport:
     """Check a DeepSpeed config (dict, JSON file path) before launch; never raises on bad configs.
 
     Args:
@@ -1458,6 +1460,9 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
         machine: also check what this machine decides (what :func:`cookbook.launch.launch` checks before it
             starts anything): fp16 where DeepSpeed's CPU accelerator has none, NVMe offload without libaio, and
             the precision rules for this machine's GPU when ``gpu`` is not given.
+        filled: config paths whose values the run's options filled (``fp16.enabled`` from ``--precision fp16``,
+            named by ``names``): a machine rule then names the option, not the key. Mode ``launch`` adds the
+            paths it fills itself.
 
     Returns:
         :class:`LintReport` (errors first). A missing or unparseable file, or one that is not a JSON object,
@@ -1520,6 +1525,8 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
             model = model or str(plan.model)
     ctx = _Ctx(cfg, world_size, mode, gpu, model, plan, will_save_hf_model)
     ctx.handled.update(f.path for f in pre)
+    ctx.names = dict(names or {})
+    ctx.filled = set(filled or ()) | ({r.path for r in resolved.rows if r.how != "kept"} if resolved else set())
     if (model or (plan and plan.model)) and ctx.spec is None:
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
                 "pass a shipped name (qwen-14b, llama-7b, ...) or a folder with config.json")
@@ -1560,11 +1567,16 @@ def _rule_machine(ctx: _Ctx) -> None:
         ctx.gpu = gpu  # the precision rules (5) then speak of this machine's GPU
     fp16 = cfg.get("fp16")
     if gpu is None and isinstance(fp16, dict) and fp16.get("enabled") is True and not cpu_fp16_supported():
-        ctx.add(ERROR, "fp16.enabled", "fp16 on this machine, which has no NVIDIA GPU: the run is a CPU rehearsal and "
-                "DeepSpeed's CPU accelerator has no fp16 on this CPU; the engine raises 'Type fp16 is not supported "
-                "on your device' at start",
-                "set fp16.enabled to \"auto\" (filled from the precision: fp32 on a CPU) or to false, or "
-                "\"bf16\": {\"enabled\": true}")
+        if "fp16.enabled" in ctx.filled:  # the option put it there ("auto" or no block): name the option
+            why, fix = cpu_fp16_refusal(ctx.names.get("precision", "precision"), filled_into="fp16.enabled")
+            ctx.add(ERROR, "fp16.enabled", why, fix)
+        else:
+            ctx.add(ERROR, "fp16.enabled", "fp16.enabled true on this machine, which has no NVIDIA GPU: the run is a "
+                    "CPU rehearsal, and DeepSpeed's CPU accelerator trains in fp32 and bf16 but in fp16 only on a CPU "
+                    "with oneDNN fp16 (CPU_Accelerator.is_fp16_supported()), which this one lacks; the engine raises "
+                    "'Type fp16 is not supported on your device' at start",
+                    "set fp16.enabled to \"auto\" (filled from the precision: fp32 on a CPU) or to false, or "
+                    "\"bf16\": {\"enabled\": true}")
         ctx.handled.add("fp16.enabled")
     zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
     nvme = [f"zero_optimization.{n}.device" for n in ("offload_optimizer", "offload_param")

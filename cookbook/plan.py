@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_TARGETS = ("none", "cpu", "nvme")
 PRECISIONS = ("bf16", "fp16", "fp32")
+#: The shortest row, in tokens, the cookbook trains on or estimates: a row needs room for an instruction and a
+#: response (a causal LM learns nothing from a 1-token row: its one token has no next token to predict).
+#: cookbook.data.tokenize refuses shorter rows too.
+MIN_SEQ_LEN = 8
 
 
 class PlanError(ValueError):
@@ -91,7 +95,7 @@ class Plan:
         num_gpus: data-parallel world size (ranks; on the CPU rehearsal, CPU processes).
         gpu_memory_gib: memory of one GPU in GiB (2**30 bytes); 24 for an RTX 4090.
         host_memory_gib: host RAM of the machine in GiB, or None when unknown.
-        seq_len: tokens per sequence after truncation.
+        seq_len: tokens per sequence after truncation; :data:`MIN_SEQ_LEN` (8) or more.
         micro_batch: sequences per GPU per forward/backward (``train_micro_batch_size_per_gpu``).
         grad_accum: gradient accumulation steps per optimizer step.
         precision: ``bf16``, ``fp16`` (with dynamic loss scaling) or ``fp32``.
@@ -131,6 +135,10 @@ class Plan:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PlanError.about(f"{{{name}}}: must be a positive integer; set {{{name}.name}} to 1 or more",
                                       **{name: value})
+        if self.seq_len < MIN_SEQ_LEN:
+            raise PlanError.about(f"{{seq_len}}: too short to train on: a row of fewer than {MIN_SEQ_LEN} tokens has no "
+                                  f"room for an instruction and a response; set {{seq_len.name}} to 64 or more "
+                                  f"(at least {MIN_SEQ_LEN})", seq_len=self.seq_len)
         if not isinstance(self.liger, bool):
             raise PlanError.about("{liger}: must be true or false", liger=self.liger)
         if not (isinstance(self.gpu_memory_gib, (int, float)) and self.gpu_memory_gib > 0):

@@ -12,8 +12,10 @@ For each notebook ``notebooks/NN_*.ipynb`` (in order; ``--only`` picks some by n
    strings;
 2. executes it with papermill, with the working directory set to the notebook's output folder, and
    saves the executed copy as ``DIR/NN_name.ipynb`` — also when a cell fails (papermill writes it,
-   with the traceback, before raising). The console gets one line a notebook; ``--verbose`` adds
-   papermill's bars of cells and the kernel's log messages;
+   with the traceback, before raising). The console gets one line a notebook (and whatever the
+   notebook's processes print to their console, such as a rank's error, less DeepSpeed's "Setting
+   accelerator to CPU" lines: :func:`_filtered_console_kernel_manager`); ``--verbose`` adds papermill's
+   bars of cells and the kernel's log messages, and keeps DeepSpeed's lines;
 3. checks the notebook's central run: a notebook records, with ``results.record(..., central=LABEL,
    expected=EXPECTED_OUTCOME)``, which run the story rests on and how it is expected to end (``ok``,
    or ``gpu_oom`` where the story is the out-of-memory). A central run that ended otherwise (refused,
@@ -37,6 +39,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import logging
 import time
@@ -383,6 +386,72 @@ def _quiet_kernel_logs() -> None:
     warnings.filterwarnings("ignore", message=r".*(Proactor|event loop|transport).*")
 
 
+#: DeepSpeed's accelerator-detection log lines (``deepspeed/accelerator/real_accelerator.py`` ``get_accelerator``:
+#: "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it." at WARNING,
+#: "Setting ds_accelerator to cpu (auto detect)" at INFO), printed by every process that imports DeepSpeed on a
+#: machine without a GPU: the ranks and helper processes a notebook starts.
+DEEPSPEED_ACCELERATOR_LINE = re.compile(rb"\[real_accelerator\.py:\d+:\w+\] Setting (?:ds_)?accelerator to ")
+
+
+def _pass_through(fd: int, dest, drop=DEEPSPEED_ACCELERATOR_LINE) -> None:
+    """Copy the lines read from pipe ``fd`` to ``dest`` (a text stream), leaving out those ``drop`` matches; until
+    every writer has closed the pipe."""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        pending = b""
+        while True:
+            chunk = pipe.read(65536)
+            *lines, pending = (pending + chunk).split(b"\n")
+            if not chunk and pending:  # the last line, without its newline
+                lines, pending = lines + [pending], b""
+            kept = [ln for ln in lines if not drop.search(ln)]
+            if kept:
+                try:
+                    dest.write(b"\n".join(kept).decode(errors="replace") + "\n")
+                    dest.flush()
+                except (OSError, ValueError):  # the console went away: keep draining the pipe
+                    pass
+            if not chunk:
+                return
+
+
+def _filtered_console_kernel_manager():
+    """A Jupyter kernel manager class (for papermill's ``kernel_manager_class``) whose kernel writes its console
+    (file descriptors 1 and 2) into pipes that this process copies to its own stdout and stderr without
+    DeepSpeed's accelerator-detection lines (:data:`DEEPSPEED_ACCELERATOR_LINE`).
+
+    Why: ipykernel captures what the kernel's child processes (the training ranks, helper probes) write to
+    file descriptors 1 and 2 and sends it to the notebook *and* to the kernel's own console (``OutStream.
+    _watch_pipe_fd``: "the original stdout/err, to capture errors in terminals"), which is run-all's console.
+    The notebook keeps every line; run-all's console keeps every other line (tracebacks, errors). Returns
+    ``(class, readers)``: ``readers`` collects the copying threads, to be joined once the kernel is gone."""
+    import threading
+    from jupyter_client.manager import AsyncKernelManager
+
+    readers: list = []
+
+    class FilteredConsoleKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if "stdout" in kw or "stderr" in kw:
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                await super()._async_launch_kernel(kernel_cmd, stdout=out_w, stderr=err_w, **kw)
+            except BaseException:
+                os.close(out_r)
+                os.close(err_r)
+                raise
+            finally:
+                os.close(out_w)  # the kernel holds its copies; the readers end when it and its children close them
+                os.close(err_w)
+            for fd, dest in ((out_r, sys.stdout), (err_r, sys.stderr)):
+                t = threading.Thread(target=_pass_through, args=(fd, dest), daemon=True, name="run-all-console")
+                t.start()
+                readers.append(t)
+
+    return FilteredConsoleKernelManager, readers
+
+
 def _expected_default(path: Path) -> bool | str:
     """The default of a notebook's ``EXPECTED_OUTCOME`` parameter (a string), True when it is not a plain
     string literal, False when the notebook has none."""
@@ -446,7 +515,8 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
         notebooks_dir: where the notebooks are (default: the repository's ``notebooks/``).
         kernel_name: Jupyter kernel to execute with.
         progress: overall tqdm bar over notebooks plus papermill's bar over cells and the kernel's log
-            messages (False: quiet).
+            messages (False: quiet, and DeepSpeed's accelerator-detection lines that the notebooks' processes
+            print are left out of this console; the executed notebooks keep them).
         echo: called with one line per notebook as it finishes (None: nothing printed).
         stop_on_failure: do not run the notebooks after a failed one.
         cell_timeout_s: papermill's per-cell execution timeout (None: no limit).
@@ -491,8 +561,12 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
                 bar.set_description(f"notebooks ({name})")
             t0 = time.time()
             error = None
+            readers: list = []
             try:
-                quiet = {} if progress else {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"]}
+                quiet = {}
+                if not progress:  # the console: one line a notebook (DeepSpeed's accelerator lines left out)
+                    manager, readers = _filtered_console_kernel_manager()
+                    quiet = {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"], "kernel_manager_class": manager}
                 pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=kernel_name,
                                     progress_bar=progress, cwd=str(nb_out), execution_timeout=cell_timeout_s,
                                     log_output=False, **quiet)
@@ -502,6 +576,8 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
             except Exception as exc:  # noqa: BLE001 - kernel died, timeout, ...: still a named failure
                 status, error = "failed", _error_info(exc, executed)
             dt = time.time() - t0
+            for t in readers:  # the kernel's last console lines before this notebook's line
+                t.join(timeout=5)
             from .results import load_results
             central, unexpected = central_outcome(load_results(nb_out),
                                                   params.get("EXPECTED_OUTCOME", declares_expected[name]))

@@ -189,11 +189,16 @@ def add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> No
 
 def validate_args(args) -> list[str]:
     """Check the options that need no model or data; returns messages (empty when fine)."""
+    from .plan import MIN_SEQ_LEN
     problems = []
     for name in ("micro_batch", "grad_accum", "seq_len"):
         v = getattr(args, name)
         if v is None or v < 1:
             problems.append(f"--{name.replace('_', '-')}={v}: must be 1 or more")
+    if args.seq_len is not None and 1 <= args.seq_len < MIN_SEQ_LEN:
+        problems.append(f"--seq-len={args.seq_len}: too short to train on: a row of fewer than {MIN_SEQ_LEN} tokens "
+                        f"has no room for an instruction and a response; set --seq-len to 64 or more (at least "
+                        f"{MIN_SEQ_LEN})")
     if args.max_steps is not None and args.max_steps < 1:
         problems.append(f"--max-steps={args.max_steps}: must be 1 or more (or leave it out and give --num-epochs)")
     epochs = getattr(args, "num_epochs", None)

@@ -529,6 +529,33 @@ def test_config_values_win_over_options_not_typed():
     assert [p.path for p in res.problems] == ["optimizer.params.lr"]
 
 
+def test_a_config_value_equal_to_the_default_is_credited_to_the_config():
+    """The config sets train_micro_batch_size_per_gpu 4, the value of the untyped --micro-batch default: a message
+    about the batch credits the config's key, not "--micro-batch 4 (default)"."""
+    from cookbook.dsconfig import resolve_config
+    from cookbook.plan import Plan
+    plan = Plan(micro_batch=4, grad_accum=1, num_gpus=2)
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 3, "train_batch_size": 100,
+           "zero_optimization": {"stage": 3}}
+    names = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "num_gpus": "--world-size"}
+    res = resolve_config(cfg, plan, names=names, config_name="ds.json")
+    (tb,) = [p for p in res.problems if p.path == "train_batch_size"]
+    assert f"= {4 * 3 * 2} (" in tb.message
+    assert "train_micro_batch_size_per_gpu 4 in ds.json" in tb.message and "--micro-batch 4 (default)" not in tb.message
+    assert "gradient_accumulation_steps 3 in ds.json" in tb.message and "--world-size 2 (default)" in tb.message
+    # typed, the flag is credited (without "(default)")
+    res = resolve_config(cfg, plan, stated={"micro_batch"}, names=names, config_name="ds.json")
+    (tb,) = [p for p in res.problems if p.path == "train_batch_size"]
+    assert "(--micro-batch 4, gradient_accumulation_steps 3 in ds.json, --world-size 2 (default))" in tb.message
+    # an "auto" nvme_path filled from the other block's path credits that block, not "--nvme-path ... (default)"
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nv"},
+                                 "offload_param": {"device": "nvme", "nvme_path": "auto"}}}
+    res = resolve_config(cfg, Plan(zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path="/nv"),
+                         names={"nvme_path": "--nvme-path"}, config_name="ds.json")
+    row = {r.path: r for r in res.rows}["zero_optimization.offload_param.nvme_path"]
+    assert row.value == "/nv" and row.source == "zero_optimization.offload_optimizer.nvme_path /nv in ds.json"
+
+
 def test_unfillable_auto_and_missing_model():
     from cookbook.dsconfig import resolve_config
     from cookbook.plan import Plan

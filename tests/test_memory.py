@@ -432,6 +432,25 @@ def test_cli_sweep_and_errors(capsys):
     assert main(["estimate", "tiny-qwen2", "--zero-stage", "2", "--offload-param", "cpu"]) == 2
 
 
+def test_seq_len_under_the_minimum_names_the_flag_on_the_cli_and_the_argument_in_python(capsys):
+    """--seq-len 1 is refused (a 1-token row has no next token to predict), in the words of whoever typed it."""
+    from cookbook.cli import main
+    from cookbook.plan import MIN_SEQ_LEN, PlanError
+    assert MIN_SEQ_LEN == 8
+    assert main(["estimate", "tiny-qwen2", "--seq-len", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--seq-len 1: too short to train on" in err and "set --seq-len to 64 or more (at least 8)" in err
+    assert "seq_len" not in err
+    with pytest.raises(PlanError, match=r"^seq_len=1: too short to train on.*set seq_len to 64 or more") as exc:
+        estimate(Plan(seq_len=1))
+    assert "--seq-len" not in str(exc.value)
+    with pytest.raises(PlanError, match="seq_len=7"):
+        Plan(seq_len=7)
+    assert Plan(seq_len=8).seq_len == 8  # the minimum itself is a plan
+    assert main(["estimate", "tiny-qwen2", "--seq-len", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] > 0
+
+
 def test_plot_and_calculator():
     import matplotlib
     matplotlib.use("Agg")

@@ -332,8 +332,62 @@ def test_fp16_on_the_cpu_rehearsal_refused_before_launch(tmp_path):
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         pytest.skip("this CPU trains fp16 (oneDNN fp16): DeepSpeed's CPU accelerator accepts it")
     res = launch(plan(precision="fp16"), tmp_path / "run", progress=False, quiet=True)
-    assert res.status == "config_error" and "--precision fp16" in res.message and "bf16 or fp32" in res.message
+    # from Python: the argument's name; what DeepSpeed's CPU accelerator supports; the fix
+    assert res.status == "config_error" and res.message.startswith("precision='fp16': this machine has no NVIDIA GPU")
+    assert "trains in fp32 and bf16" in res.message and "--precision" not in res.message
+    assert res.message.endswith("Fix: use precision='bf16' or precision='fp32' here (fp16 is for NVIDIA GPUs older "
+                                "than Ampere)")
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_fp16_on_the_cpu_rehearsal_names_the_flag_typed(tmp_path, capsys):
+    """cookbook train/launch --precision fp16 on a machine without a GPU (and a CPU without oneDNN fp16): the refusal
+    names --precision fp16 and the fix in flags, also in a dry run (which used to end on the DeepSpeed-JSON
+    "fp16.enabled" lint finding) and when the option fills a user config's "auto" fp16 block."""
+    import torch
+    from cookbook.launch import on_gpu_machine
+    if on_gpu_machine() or torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        pytest.skip("this machine trains fp16")
+    fix = "Fix: use --precision bf16 or --precision fp32 here"
+    for command, extra in (("train", []), ("train", ["--dry-run"]), ("launch", ["--dry-run"])):
+        out = tmp_path / f"{command}{len(extra)}"
+        assert main([command, "--precision", "fp16", "--max-steps", "1", "--output-dir", str(out), "--no-progress",
+                     "--json", *extra]) == 2
+        res = json.loads(capsys.readouterr().out)
+        assert res["status"] == "config_error" and res["message"].startswith("--precision fp16: this machine has no NVIDIA GPU")
+        assert "fp32 and bf16" in res["message"] and fix in res["message"] and "fp16.enabled" not in res["message"]
+        assert not out.exists()
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 2}, "fp16": {"enabled": "auto"}}))
+    assert main(["launch", "--config", str(cfg), "--precision", "fp16", "--max-steps", "1", "--output-dir",
+                 str(tmp_path / "c"), "--no-progress", "--json"]) == 2
+    res = json.loads(capsys.readouterr().out)
+    assert "fp16.enabled: --precision fp16 (filled into fp16.enabled): this machine has no NVIDIA GPU" in res["message"]
+    assert fix in res["message"] and 'set fp16.enabled to "auto"' not in res["message"]
+    # the linter, reading the config as cookbook launch does
+    assert main(["lint", str(cfg), "--precision", "fp16"]) == 1
+    text = capsys.readouterr().out
+    assert "--precision fp16 (filled into fp16.enabled)" in text and "use --precision bf16 or --precision fp32" in text
+    # a dry run of a real model on this CPU plans a GPU run elsewhere: this CPU's lack of fp16 is no refusal
+    assert main(["train", "--precision", "fp16", "--model", "llama-7b", "--lr", "1e-5", "--max-steps", "2", "--dry-run",
+                 "--output-dir", str(tmp_path / "gpu"), "--no-progress", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "dry_run" and "fp16" not in res["message"]
+
+
+def test_seq_len_under_the_minimum_names_the_flag(tmp_path, capsys):
+    """cookbook train --seq-len 1 names --seq-len (not the internal seq_len field), before anything is written;
+    the training entry itself (python -m cookbook.train) says the same."""
+    assert main(["train", "--seq-len", "1", "--dry-run", "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--seq-len 1: too short to train on" in err and "set --seq-len to 64 or more" in err and "seq_len" not in err
+    assert not (tmp_path / "run").exists()
+    from cookbook.train import validate_args
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    problems = validate_args(parser.parse_args(["--seq-len", "1", "--output-dir", str(tmp_path / "t")]))
+    assert any(p.startswith("--seq-len=1: too short to train on") for p in problems), problems
+    assert not validate_args(parser.parse_args(["--seq-len", "8", "--output-dir", str(tmp_path / "t")]))
 
 
 def test_gradient_checkpointing_default_follows_the_plan(tmp_path, capsys):
@@ -377,6 +431,34 @@ def test_rotation_keeps_the_newest_complete_checkpoints(tmp_path):
     assert not list(root.glob(".del-*"))
     with pytest.raises(ValueError, match="keep=0"):
         ckpt.rotate(root, 0)
+
+
+def test_to_fp32_refusals_name_the_argument_the_value_and_what_to_give(tmp_path, capsys):
+    """`cookbook to-fp32 PATH OUT` for a path that is not a complete checkpoint: each case said as it is (not
+    "no COMPLETE marker" for a folder that does not exist), on stderr, exit 2; nothing written to OUT."""
+    hint = "give a checkpoint folder written by cookbook train (OUTPUT_DIR/checkpoints/step-NNNNNNNN)"
+    missing, out = tmp_path / "nonexistent", tmp_path / "out"
+    assert main(["to-fp32", str(missing), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint '{missing}': the folder does not exist; {hint}" in err and "COMPLETE" not in err
+    (tmp_path / "a-file").write_text("x")
+    assert main(["to-fp32", str(tmp_path / "a-file"), str(out)]) == 2
+    assert "a file, not a folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["to-fp32", str(tmp_path / "empty"), str(out)]) == 2
+    assert "not a cookbook checkpoint" in capsys.readouterr().err
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000004" / "deepspeed").mkdir(parents=True)  # a save that never finished
+    assert main(["to-fp32", str(run / "checkpoints" / "step-00000004"), str(out)]) == 2
+    assert "step-00000004: no COMPLETE marker (the save did not finish)" in capsys.readouterr().err
+    assert main(["to-fp32", str(run), str(out)]) == 2
+    assert f"a run folder without a complete checkpoint under {run / 'checkpoints'}" in capsys.readouterr().err
+    assert not out.exists()
+    # Python callers get the same words, raised
+    with pytest.raises(FileNotFoundError, match="the folder does not exist"):
+        ckpt.to_fp32(missing, out)
+    _fake_checkpoint(run / "checkpoints", 2)
+    assert ckpt.checkpoint_problem(run) is None and ckpt.checkpoint_problem(run / "checkpoints" / "step-00000002") is None
 
 
 def test_config_scheduler_block_is_the_schedule_described(tmp_path, capsys):

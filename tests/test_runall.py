@@ -5,6 +5,7 @@ computed here by hand from the parameter counts."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,55 @@ def test_run_all_executes_reports_and_names_the_failed_cell(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(moved), "--report-only",
                            "--only", "01"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--only would be ignored" in proc.stderr
+
+
+def test_quiet_console_leaves_out_deepspeeds_accelerator_line_not_the_errors(tmp_path):
+    """A notebook's child process that imports DeepSpeed on a machine without a GPU logs "Setting accelerator to
+    CPU ..."; ipykernel copies a child's output to the notebook and to the kernel's console, run-all's. The quiet
+    console (the default) leaves that line out and keeps the child's other stderr; the notebook keeps both;
+    --verbose keeps the line on the console too."""
+    from cookbook.hardware import on_gpu_machine
+    if on_gpu_machine():
+        pytest.skip("DeepSpeed finds the GPU here: it logs no CPU-accelerator line")
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    child = ("from deepspeed.accelerator import get_accelerator; get_accelerator(); import sys; "
+             "print('child error: the real thing', file=sys.stderr)")
+    _notebook(nbdir / "00_child.ipynb", [
+        ("code", "import subprocess, sys\nfrom cookbook import results"),
+        ("params", 'OUTPUT_DIR: str = "runs/00_child"  # output'),
+        # (the pause: ipykernel forwards a child's output from a thread; the cell must not end before it has)
+        ("code", f"subprocess.run([sys.executable, '-c', {child!r}], check=True)\nimport time; time.sleep(1)"),
+        ("code", 'results.record(OUTPUT_DIR, "00_child", title="00 · child", target="none", headline=["ran"])'),
+    ])
+    line = "Setting accelerator to CPU"
+    # ipykernel does not capture file descriptors under pytest (it looks for PYTEST_CURRENT_TEST): run as a user does
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    for extra, shown in (([], False), (["--verbose"], True)):
+        out = tmp_path / f"out{len(extra)}"
+        proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--notebooks-dir", str(nbdir),
+                               "--output-dir", str(out), *extra], capture_output=True, text=True, timeout=300, env=env)
+        console = proc.stdout + proc.stderr
+        assert proc.returncode == 0, console
+        assert (line in console) is shown, console
+        assert "child error: the real thing" in console
+        assert [ln.split()[:2] for ln in proc.stdout.splitlines() if "00_child.ipynb" in ln] == [["ok", "00_child"]]
+        executed = nbformat.read(str(out / "00_child.ipynb"), as_version=4)
+        text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert line in text and "child error: the real thing" in text
+
+
+def test_pass_through_drops_only_deepspeeds_accelerator_lines():
+    import io
+    r, w = os.pipe()
+    os.write(w, b"[2026-12-01 22:29:29,245] [WARNING] [real_accelerator.py:213:get_accelerator] Setting accelerator "
+                b"to CPU. If you have GPU or other accelerator, we were unable to detect it.\nTraceback: real\n"
+                b"[2026-12-01 22:29:29,246] [INFO] [real_accelerator.py:260:get_accelerator] Setting ds_accelerator to "
+                b"cpu (auto detect)\nSetting accelerator to CPU, said by someone else\nno newline at the end")
+    os.close(w)
+    dest = io.StringIO()
+    runall._pass_through(r, dest)
+    assert dest.getvalue() == "Traceback: real\nSetting accelerator to CPU, said by someone else\nno newline at the end\n"
 
 
 # ----------------------------------------------------------------------------------------------
