@@ -609,9 +609,19 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
     gpu_est = (estimate or {}).get("gpu_gib", {}).get("total")
 
     if hung:
-        return "hang", (f"no progress from rank 0 for {hang_timeout_s:.0f} s: the watchdog stopped the whole process "
-                        "group. Common causes: NCCL peer-to-peer on consumer GPUs (try NCCL_P2P_DISABLE=1), a rank "
-                        "that died silently, or a slow first step (raise hang_timeout_s)."), {"hang_timeout_s": hang_timeout_s}
+        # which limit ran out: the start-up one before the first step (imports, op builds, model init), the
+        # hang one after it (`_run_and_watch` says; a bare True is the hang limit)
+        limit = hung.get("limit_s", hang_timeout_s) if isinstance(hung, dict) else hang_timeout_s
+        phase = hung.get("phase", "steps") if isinstance(hung, dict) else "steps"
+        gpu_ranks = bool(on_gpu if on_gpu is not None else summary is None or summary.get("device") not in (None, "cpu")) \
+            and (plan is None or plan.num_gpus * max(1, plan.num_machines) > 1)
+        causes = (["NCCL peer-to-peer on consumer GPUs (try NCCL_P2P_DISABLE=1)"] if gpu_ranks else []) + (
+            ["a rank that died silently", "a slow first step (raise --hang-timeout / hang_timeout_s)"] if phase == "steps"
+            else ["a start-up slower than the limit: model initialisation or loading, a DeepSpeed op build that "
+                  "stopped writing (raise --startup-timeout / startup_timeout_s)", "a rank that died silently"])
+        when = "after its last logged step" if phase == "steps" else "before its first training step"
+        return "hang", (f"no output from rank 0 for {limit:.0f} s {when}: the watchdog stopped the whole process "
+                        f"group. Likely causes: {'; '.join(causes)}."), {"hang_timeout_s": limit, "phase": phase}
     for name, text in texts.items():
         if ERROR_PREFIX in text:
             msg = text.split(ERROR_PREFIX, 1)[1].splitlines()[0]
@@ -1192,8 +1202,16 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
             # before the first step, initialisation (model build, JIT op builds, process groups) may
             # take minutes in silence; after it, a silent rank 0 means a hang
             limit = hang_timeout_s if stepped else startup_timeout_s
+            if time.time() - last_activity > limit and not stepped:
+                # a DeepSpeed op still compiling (its build folder written to within the limit) is progress
+                # too: a cold async_io or CPU Adam build on a loaded machine takes longer than the limit
+                from .procs import building_ops
+                ext = env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
+                writes = [b["last_write_s"] for b in building_ops(ext)]
+                if writes and min(writes) < limit:
+                    last_activity = max(last_activity, time.time() - min(writes))
             if time.time() - last_activity > limit:
-                hung = True
+                hung = {"limit_s": limit, "phase": "steps" if stepped else "startup"}
                 _stop(procs)
                 break
         # one rank failing makes the others wait in a collective until torchrun kills them; a

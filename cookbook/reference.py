@@ -324,7 +324,7 @@ def _mean(values, first: bool):
 def reference_frame(notebook: str | None = None, directory: str | os.PathLike | None = None):
     """:func:`reference_results` as a table labelled with the hardware each result came from
     (columns: hardware, run, model, world size, status, loss first/last (means of the first/last 5
-    steps), tokens/s, projected RTX 4090 tokens/s where the benchmark gives one, peak GPU GiB, peak
+    steps; a run under 10 steps: its first and last step), tokens/s, projected RTX 4090 tokens/s where the benchmark gives one, peak GPU GiB, peak
     host GiB, file); an empty DataFrame when there are none."""
     import pandas as pd
     rows = []
@@ -337,8 +337,10 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
         rows.append({"hardware": _hardware(r), "run": _variant(r), "name": r.get("name"),
                      "model": Path(str(model)).name if model else None,
                      "world size": _world(r), "status": _pick(r, "status"),
-                     "loss first": _pick(r, "first5_mean_loss") or _mean(losses, True),
-                     "loss last": _pick(r, "last5_mean_loss") or _mean(losses, False),
+                     # the steps' own losses where the record has them (a run under 10 steps: its first and
+                     # last step, not two 5-step means of the same steps), else the record's 5-step means
+                     "loss first": _mean(losses, True) if _mean(losses, True) is not None else _pick(r, "first5_mean_loss"),
+                     "loss last": _mean(losses, False) if _mean(losses, False) is not None else _pick(r, "last5_mean_loss"),
                      "tokens/s": _pick(r, "tokens_per_s"),
                      "RTX 4090 projection tokens/s": rounded(projection.get("tokens_per_s"), 1),
                      "peak GPU GiB": rounded(_pick(r, "peak_gpu_reserved_gib", "peak_gpu_gib", "peak_gpu_allocated_gib"), 2),
@@ -349,19 +351,21 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
 def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os.PathLike | None = None):
     """This notebook's runs and the GPU measurements for the same notebook in one table, each row
     labelled with the hardware it came from (columns: hardware, run, status, world size, loss first,
-    loss last, tokens/s, peak GPU GiB, peak host GiB, source).
+    loss last — :func:`cookbook.results.loss_pair`: first and last step under 10 steps, else 5-step means —, tokens/s, peak GPU GiB, peak host GiB, source).
 
     Args:
         runs: label -> :class:`~cookbook.launch.RunResult` or :func:`run_record` dict (this run).
         notebook: ``"02"`` or ``"02_zero2"`` (see :func:`reference_results`).
     """
     import pandas as pd
+    from .results import loss_pair
     rows = []
     for label, run in runs.items():
         r = as_record(run)
+        pair = loss_pair(r) or {}  # first → last step under 10 steps, else the 5-step means
         rows.append({"hardware": r.get("hardware"), "run": label, "status": r.get("status"),
-                     "world size": r.get("world_size"), "loss first": rounded(r.get("first5_mean_loss"), 3),
-                     "loss last": rounded(r.get("last5_mean_loss"), 3), "tokens/s": rounded(r.get("tokens_per_s"), 1),
+                     "world size": r.get("world_size"), "loss first": rounded(pair.get("first"), 3),
+                     "loss last": rounded(pair.get("last"), 3), "tokens/s": rounded(r.get("tokens_per_s"), 1),
                      "peak GPU GiB": rounded(r.get("peak_gpu_reserved_gib"), 2),
                      "peak host GiB": rounded(r.get("host_peak_gib"), 2), "source": "this run"})
     ref = reference_frame(notebook, directory)

@@ -557,3 +557,36 @@ def test_result_card_of_an_oom_shows_the_planned_world_size_and_no_none(tmp_path
                    summary={"world_size": 2, "steps": 3, "first_loss": 12.4, "last_loss": 12.3}, world_size=8)
     f = ok.to_frame()
     assert f.loc["world_size", "value"] == 2 and f.loc["steps", "value"] == 3 and "measured" not in f.index
+
+
+def test_a_compiling_op_is_start_up_progress_and_a_hang_names_its_limit(tmp_path):
+    """A cold DeepSpeed op build (torch's cpp_extension holds a `lock` file in the op's folder and writes its
+    objects there) can outlast the start-up limit on a loaded machine: the watchdog counts the build folder's
+    writes as progress (a fresh user's notebook 06 NVMe run was killed mid-compile of async_io). Without a
+    build, the same silence is a hang whose message names the limit that ran out and the phase."""
+    from cookbook.launch import _run_and_watch, classify
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    ext = tmp_path / "ext"
+    op = ext / "async_io"
+    op.mkdir(parents=True)
+    (op / "lock").write_text("")
+    # the "rank": silent for 4 s while it "compiles" (writes an object every 0.3 s), then one step and exit
+    script = ("import time, pathlib\n"
+              f"op = pathlib.Path({str(op)!r})\n"
+              "for i in range(13):\n"
+              "    (op / f'obj{i}.o').write_text('x'); time.sleep(0.3)\n"
+              "(op / 'lock').unlink()\n"
+              f"open({str(logs / 'rank0.log')!r}, 'a').write('done\\n')\n")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(ext))
+    start = time.time()
+    code, hung, ended = _run_and_watch([[sys.executable, "-c", script]], env, logs, 60, False, 1, 1.5)
+    assert code == 0 and not hung and ended is None and time.time() - start > 3.5   # 4 s > the 1.5 s limit
+    # the same silence without a build: a hang before the first step, after the 1.5 s start-up limit
+    code, hung, ended = _run_and_watch([[sys.executable, "-c", "import time; time.sleep(30)"]], env, logs, 60,
+                                       False, 1, 1.5)
+    assert hung == {"limit_s": 1.5, "phase": "startup"}
+    status, message, details = classify(tmp_path, code, hung, 60, None, on_gpu=False)
+    assert status == "hang" and details == {"hang_timeout_s": 1.5, "phase": "startup"}
+    assert message.startswith("no output from rank 0 for 2 s before its first training step")
+    assert "--startup-timeout" in message and "NCCL" not in message                  # no GPU: no NCCL advice

@@ -396,6 +396,11 @@ def test_reference_results_tolerate_absence_and_formats(tmp_path):
     assert len([r for r in everything if "_error" not in r]) == 4 and any("_error" in r for r in everything)
     both = reference.beside_reference({"ZeRO-3": {"status": "ok", "losses": [], "summary": None}}, "01", tmp_path)
     assert list(both["source"]) == ["this run", "data/reference/bench.json"]
+    # this run's row too: 4 steps, its first and last step (5-step means printed 12.379 twice on the GPU)
+    short = {"status": "ok", "losses": [12.474, 12.295, 12.324, 12.425], "first_loss": 12.474, "last_loss": 12.425,
+             "first5_mean_loss": 12.3795, "last5_mean_loss": 12.3795, "steps": 4}
+    row = reference.beside_reference({"ZeRO-3": short}, "01", tmp_path).iloc[0]
+    assert (row["loss first"], row["loss last"]) == (12.474, 12.425)
 
 
 def test_inspect_saved_model_needs_weights(tmp_path):
