@@ -220,10 +220,20 @@ VARIANTS = (
 )
 
 
+def argparse_suppress():
+    """argparse's SUPPRESS (an option that works but is not listed in --help)."""
+    import argparse
+    return argparse.SUPPRESS
+
+
 def add_plan_arguments(parser, *, model_required: bool = False, positional_model: bool = False) -> None:
     """Add the options that describe a plan to an argparse parser (shared by estimate, env, train)."""
     if positional_model:
-        parser.add_argument("model", help="shipped name (qwen-14b, llama-7b, ...), local folder/config.json, or cached hub id")
+        # MODEL, or --model MODEL as `cookbook train` spells it (plan_from_args takes either, refuses both)
+        parser.add_argument("model", nargs="?", default=None,
+                            help="shipped name (qwen-14b, llama-7b, ...), local folder/config.json, or cached hub id "
+                                 "(or --model MODEL)")
+        parser.add_argument("--model", dest="model_option", default=None, metavar="MODEL", help=argparse_suppress())
     else:
         parser.add_argument("--model", required=model_required, default=None if not model_required else None,
                             help="shipped name (tiny-qwen2, qwen-14b, llama-7b, ...), local folder/config.json, or cached hub id")
@@ -254,6 +264,15 @@ def plan_from_args(args, **defaults) -> Plan:
     Raises:
         PlanError: a value outside its domain (message names the option).
     """
+    option = getattr(args, "model_option", None)
+    if option is not None:  # `cookbook estimate --model X` (the positional's other spelling)
+        if getattr(args, "model", None) not in (None, option):
+            raise PlanError(f"the model is given twice, as MODEL {args.model!r} and as --model {option!r}: give one")
+        args.model = option
+    if hasattr(args, "model_option") and getattr(args, "model", None) is None and "model" not in defaults:
+        raise PlanError("no model given: name it, e.g. `cookbook estimate llama-7b ...` or "
+                        "`cookbook estimate --model llama-7b ...` (a shipped name, a folder with config.json, or a "
+                        "cached hub id)")
     fields = {}
     for name in ("model", "num_gpus", "gpu_memory_gib", "host_memory_gib", "zero_stage", "offload_optimizer",
                  "offload_param", "micro_batch", "grad_accum", "seq_len", "precision", "gradient_checkpointing",

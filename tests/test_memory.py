@@ -567,3 +567,20 @@ def test_activation_advice_names_only_levers_left():
     assert tight.endswith("lower --seq-len 32768"), tight
     loose = estimate(Plan(micro_batch=2, gradient_checkpointing=False, **base)).reasons[0]
     assert "lower --micro-batch 2 or --seq-len 32768 or turn on --gradient-checkpointing" in loose, loose
+
+
+def test_estimate_takes_the_model_as_train_spells_it():
+    """`cookbook estimate --model llama-7b` (train's spelling) is the same plan as `cookbook estimate llama-7b`;
+    both at once, or neither, is an error naming the fix (argparse printed "unrecognized arguments: --model")."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "cookbook.cli", "estimate", "--gpus", "1", "--zero-stage", "3",
+           "--offload-optimizer", "cpu", "--json"]
+    a = subprocess.run(cmd + ["llama-7b"], capture_output=True, text=True)
+    b = subprocess.run(cmd + ["--model", "llama-7b"], capture_output=True, text=True)
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    both = subprocess.run(cmd + ["llama-7b", "--model", "qwen-14b"], capture_output=True, text=True)
+    assert both.returncode == 2 and "given twice" in both.stderr and "--model 'qwen-14b'" in both.stderr
+    none = subprocess.run(cmd, capture_output=True, text=True)
+    assert none.returncode == 2 and "no model given" in none.stderr and "--model llama-7b" in none.stderr
