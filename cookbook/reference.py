@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .models import DATA_DIR
-from .results import as_record
+from .results import as_record, records_in as _records_of
 from .tables import rounded, tidy_frame
 
 #: Results measured on GPUs by the maintainers (JSON files; see :func:`reference_results`).
@@ -40,20 +40,6 @@ REFERENCE_SELECTION = {
     "05": ({"issue10", "ladder_2rank"}, None),
     "06": ({"llama7b_1rank", "bf16_states", "stock", "ladder_1rank"}, None),
 }
-
-
-def _records_of(data) -> list[dict]:
-    """The run records in one reference file: a list, or a dict with ``rungs``/``runs``/``results``
-    (its other keys shared by every record, under ``_common``), or a dict that is itself one record."""
-    if isinstance(data, list):
-        return [dict(r) for r in data if isinstance(r, Mapping)]
-    if not isinstance(data, Mapping):
-        return []
-    for key in ("rungs", "runs", "results"):
-        if isinstance(data.get(key), list):
-            common = {k: v for k, v in data.items() if k not in ("rungs", "runs", "results")}
-            return [dict(r, _common=common) for r in data[key] if isinstance(r, Mapping)]
-    return [dict(data)] if "status" in data or "summary" in data else []
 
 
 def _selected(record: Mapping, prefix: str | None, filename: str) -> bool:

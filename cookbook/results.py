@@ -393,5 +393,21 @@ def as_record(run) -> dict:
     return run_record(run)
 
 
+
+def records_in(data) -> list[dict]:
+    """The run records in one reference file (``data/reference/*.json``, read by :mod:`cookbook.reference`
+    and :func:`cookbook.tables.estimate_check`): a list, or a dict with ``rungs``/``runs``/``results`` (its
+    other keys shared by every record, under ``_common``), or a dict that is itself one record."""
+    if isinstance(data, list):
+        return [dict(r) for r in data if isinstance(r, Mapping)]
+    if not isinstance(data, Mapping):
+        return []
+    for key in ("rungs", "runs", "results"):
+        if isinstance(data.get(key), list):
+            common = {k: v for k, v in data.items() if k not in ("rungs", "runs", "results")}
+            return [dict(r, _common=common) for r in data[key] if isinstance(r, Mapping)]
+    return [dict(data)] if "status" in data or "summary" in data else []
+
+
 __all__ = ["LOSS_MEANS_MIN_STEPS", "RECORD_KEYS", "as_record", "complete_record", "load_results", "loss_pair", "machine_record",
-           "record", "relocated_run_dir", "run_record"]
+           "record", "records_in", "relocated_run_dir", "run_record"]
