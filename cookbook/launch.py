@@ -1465,8 +1465,6 @@ def _cli(args) -> int:
                 "the CPU rehearsal of a tiny model gains nothing from recomputation; --gradient-checkpointing to "
                 "turn it on" if not gc else f"a run of {args.model} {'on this GPU box' if on_gpu else 'is planned for GPUs'}: "
                 "~1/3 more compute, far less activation memory; --no-gradient-checkpointing to turn it off") + ")")
-        for line in notes:
-            print(line, flush=True)
     try:
         plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
                     host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
@@ -1477,6 +1475,15 @@ def _cli(args) -> int:
     except PlanError as exc:
         print(f"error: {user_message(exc, args)}", file=sys.stderr)
         return 2
+    from .models import ModelNotFoundError, resolve_model_path
+    try:  # a model that cannot be found is the error, before any note about its defaults (--json: the result says it)
+        if not args.json:
+            resolve_model_path(args.model)
+    except ModelNotFoundError as exc:
+        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+        return 2
+    for line in notes:  # the defaults chosen, once the plan is known to be valid (not before its error)
+        print(line, flush=True)
     # the options typed (a config value may override only a default) and the flags to name them by
     stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
     import contextlib

@@ -486,3 +486,15 @@ def test_config_scheduler_block_is_the_schedule_described(tmp_path, capsys):
     both = capsys.readouterr()
     assert rc != 0
     assert "--lr-scheduler linear" in both.out + both.err and "WarmupLR" in both.out + both.err
+
+
+def test_cli_unknown_model_is_the_first_thing_said():
+    """`cookbook train --model nonexistent` said "[precision] bf16 (default: nonexistent is a real model ...)" and
+    a checkpointing note before the error; the error comes first now, naming --model and the fix."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "cookbook.cli", "train", "--model", "nonexistent", "--dry-run",
+                          "--num-processes", "1"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "error: --model nonexistent:" in out.stderr and "hf download" in out.stderr
+    assert "[precision]" not in out.stdout and "[model]" not in out.stdout
