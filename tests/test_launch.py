@@ -419,12 +419,19 @@ def test_transformers_loading_bar_stays_out_of_a_notebook(tmp_path, capfd):
     assert hf_logging.is_progress_bar_enabled()
     AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     assert "Loading weights" in capfd.readouterr().err  # the bar this guards against (the test can fail)
-    with hardware.quiet_loading_bars() as quiet:  # pytest captures stderr: not a terminal
-        assert quiet and not hf_logging.is_progress_bar_enabled()
-        AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
-        hf_logging.get_logger("transformers").warning("still warned")
+    import logging
+    seen = io.StringIO()  # transformers' own handler keeps the stream of whichever test created it: our own
+    handler = logging.StreamHandler(seen)
+    hf_logging.get_logger("transformers").addHandler(handler)
+    try:
+        with hardware.quiet_loading_bars() as quiet:  # pytest captures stderr: not a terminal
+            assert quiet and not hf_logging.is_progress_bar_enabled()
+            AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+            hf_logging.get_logger("transformers").warning("still warned")
+    finally:
+        hf_logging.get_logger("transformers").removeHandler(handler)
     err = capfd.readouterr().err
-    assert "Loading weights" not in err and "still warned" in err
+    assert "Loading weights" not in err and "still warned" in seen.getvalue()
     assert hf_logging.is_progress_bar_enabled()  # restored
 
     class Tty(io.StringIO):
