@@ -99,7 +99,7 @@ def test_shipped_run_files_dry_run(tmp_path, capsys, monkeypatch, name, shipped)
     # as shipped, the model is a folder the user downloads: the error says how
     rc = main(["launch", str(path), "--dry-run", "--output-dir", str(tmp_path / "missing"), "--no-progress"])
     assert rc == 2
-    assert "hf download" in capsys.readouterr().out
+    assert "hf download" in capsys.readouterr().err  # the error, on stderr before any note
     # with the shipped architecture in its place the whole recipe checks out
     out = tmp_path / "run"
     # (one example per row, so the step count below is computed from the record count alone)
