@@ -86,14 +86,13 @@ def bandwidth_from_results(results: list[dict]) -> dict | None:
 
 def _estimate_now(at_run, runtime_at_run, measured) -> dict:
     """The run's host estimate with today's per-rank runtime term (one GPU rank with NVMe offload:
-    ``RUNTIME_BASELINE_GIB + CUDA_HOST_RUNTIME_GIB + NVME_HOST_RUNTIME_GIB`` of :mod:`cookbook.memory`) in place
+    :func:`cookbook.memory.host_runtime_gib`) in place
     of the one the run's estimate had, so a fit compares every run and the target on one estimator:
     ``host_estimate_now_gib`` and ``host_error_now_pct`` (empty when the run recorded neither)."""
     from cookbook import memory
     if not isinstance(at_run, (int, float)) or not isinstance(runtime_at_run, (int, float)):
         return {}
-    now = (memory.RUNTIME_BASELINE_GIB + memory.CUDA_HOST_RUNTIME_GIB + memory.NVME_HOST_RUNTIME_GIB)
-    est = at_run - runtime_at_run + now
+    est = at_run - runtime_at_run + memory.host_runtime_gib(cuda=True, nvme=True)
     return {"host_estimate_now_gib": round(est, 3),
             "host_error_now_pct": round(100 * (est - measured) / measured, 1) if measured else None}
 

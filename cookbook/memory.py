@@ -139,6 +139,13 @@ CUDA_HOST_RUNTIME_GIB = 0.65
 #: held-out test of it. Not applied to CPU ranks (not measured there).
 NVME_HOST_RUNTIME_GIB = 1.0
 
+
+def host_runtime_gib(*, cuda: bool, nvme: bool) -> float:
+    """Host RSS of one rank beyond its tensors, GiB: :data:`RUNTIME_BASELINE_GIB`, plus
+    :data:`CUDA_HOST_RUNTIME_GIB` on a GPU rank, plus :data:`NVME_HOST_RUNTIME_GIB` on a GPU rank with NVMe
+    offload (the estimate's ``host_gib["runtime"]`` per rank)."""
+    return RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0) + (NVME_HOST_RUNTIME_GIB if cuda and nvme else 0.0)
+
 def _fragmentation_key(stage: int, offload_param: str) -> str:
     """Key of :data:`FRAGMENTATION` for a ZeRO stage and parameter-offload target."""
     if stage < 3:
@@ -769,8 +776,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         gpu = dict.fromkeys(gpu, 0.0)
     load = B["param"] * N * r if (stage < 3 and getattr(spec, "has_weights", True)) else 0.0
     host["model_load"] = max(0.0, load - training_host)
-    host["runtime"] = (RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0)
-                       + (NVME_HOST_RUNTIME_GIB if cuda and nvme_est is not None else 0.0)) * GIB * r
+    host["runtime"] = host_runtime_gib(cuda=cuda, nvme=nvme_est is not None) * GIB * r
 
     # DeepSpeed's own host estimate: offloaded states or each rank's fp32 copy at load, × 1.5
     ds_offloaded = sum(opt_bytes.values()) * N / n if opt_off == "cpu" else 0.0
@@ -1585,5 +1591,5 @@ def register(subparsers) -> None:
 
 
 __all__ = ["liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
-           "MemoryEstimate", "RUNTIME_BASELINE_GIB", "SweepResult", "activation_bytes", "calculator", "compare",
+           "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .models import DATA_DIR
-from .results import as_record, records_in as _records_of
+from .results import as_record, records_in as _records_of, reference_files
 from .tables import rounded, tidy_frame
 
 #: Results measured on GPUs by the maintainers (JSON files; see :func:`reference_results`).
@@ -67,21 +67,16 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
     curves, raw logs) are ignored; unreadable files too, except that with ``notebook=None`` each one
     appears as a record with ``_error`` saying why.
     """
-    folder = Path(directory) if directory else REFERENCE_DIR
-    if not folder.is_dir():
-        return []
     prefix = None if notebook is None else str(notebook).split("_")[0]
     out = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+    for name, data, error in reference_files(directory or REFERENCE_DIR):
+        if error:
             if prefix is None:
-                out.append({"_file": path.name, "_error": f"{type(exc).__name__}: {exc}"})
+                out.append({"_file": name, "_error": error})
             continue
         for r in _records_of(data):
-            r["_file"] = path.name
-            if _selected(r, prefix, path.name):
+            r["_file"] = name
+            if _selected(r, prefix, name):
                 out.append(r)
     return out
 

@@ -394,6 +394,21 @@ def as_record(run) -> dict:
 
 
 
+def reference_files(directory=None):
+    """Each ``*.json`` of the GPU reference folder (``directory``, default ``$COOKBOOK_REFERENCE`` or
+    ``data/reference``), sorted by name, as ``(file name, parsed JSON, None)`` or ``(file name, None, error)``
+    for a file that cannot be read or parsed; nothing when the folder is missing. The one reader of that
+    folder's files (:func:`cookbook.reference.reference_results`, :func:`cookbook.tables.estimate_check`)."""
+    import os
+    from .models import DATA_DIR
+    folder = Path(directory or os.environ.get("COOKBOOK_REFERENCE") or DATA_DIR / "reference")
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            yield path.name, json.loads(path.read_text()), None
+        except (OSError, json.JSONDecodeError) as exc:
+            yield path.name, None, f"{type(exc).__name__}: {exc}"
+
+
 def records_in(data) -> list[dict]:
     """The run records in one reference file (``data/reference/*.json``, read by :mod:`cookbook.reference`
     and :func:`cookbook.tables.estimate_check`): a list, or a dict with ``rungs``/``runs``/``results`` (its
@@ -410,4 +425,4 @@ def records_in(data) -> list[dict]:
 
 
 __all__ = ["LOSS_MEANS_MIN_STEPS", "RECORD_KEYS", "as_record", "complete_record", "load_results", "loss_pair", "machine_record",
-           "record", "records_in", "relocated_run_dir", "run_record"]
+           "record", "records_in", "reference_files", "relocated_run_dir", "run_record"]

@@ -113,20 +113,12 @@ def _same_plan(r: Mapping) -> dict:
 
 def _unexplained(r: Mapping, row: Mapping, key: str, directory=None) -> str:
     """The ``why`` of a GPU run's miss that the record does not explain: the same plan's other measurements on
-    GPUs (``data/reference/*.json`` or ``$COOKBOOK_REFERENCE``, read as :mod:`cookbook.reference` reads them: same model, ZeRO stage,
+    GPUs (:func:`cookbook.results.reference_files`: same model, ZeRO stage,
     offload, sequence length and state precision, any batch shape) beside this one, else "cause not isolated"."""
-    import json
-    import os
-    from pathlib import Path
-    from .models import DATA_DIR
-    from .results import records_in
-    folder = Path(directory or os.environ.get("COOKBOOK_REFERENCE") or DATA_DIR / "reference")
-    refs = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            refs += [dict(x, _file=path.name) for x in records_in(json.loads(path.read_text()))]
-        except (OSError, ValueError):
-            continue  # an unreadable file is cookbook.reference's to report
+    from .results import records_in, reference_files
+    # an unreadable file is cookbook.reference's to report
+    refs = [dict(x, _file=name) for name, data, error in reference_files(directory) if not error
+            for x in records_in(data)]
     want = _same_plan(r)
     others = []
     for ref in refs:
