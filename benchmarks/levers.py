@@ -218,7 +218,8 @@ def run_cookbook(v: Variant, run_dir: Path, dataset: Path, on_gpu: bool, aio: di
     res = L.launch(plan, run_dir, config=cfg, max_steps=v.max_steps, lr=2e-5, warmup_steps=1, dataset=str(dataset),
                    seed=1234, bf16_states=v.bf16_states and precision == "bf16",
                    emulate_gpu_memory_gib=24.0 if on_gpu else None, verify_save="off", final_save=False, force=True,
-                   hang_timeout_s=v.timeout_s, env=env, progress=False, random_weights=True)
+                   hang_timeout_s=v.timeout_s, env=env, progress=False, random_weights=True,
+                   tokenizer="shipped")  # config-only model folders: the shipped tokenizer, as gpu_bench
     s = res.summary or {}
     rows = res.metrics or []
     rank0 = run_dir / "logs" / "rank0.log"
