@@ -1,8 +1,9 @@
 """Issue 18: the ``gpu_bench --suite nvme`` results turned into a reference record, and LLaMA-7B's host RAM with NVMe
 offload extrapolated from the measured runs.
 
-    python -m benchmarks.nvme_reference --from-results OUT/nvme/results.json \\
-        --write data/reference/h200_nvme_runs_DATE.json [--machine OUT/nvme/machine.json]
+    python -m benchmarks.nvme_reference --from-results CALL1/nvme/results.json [CALL2/nvme/results.json ...] \\
+        --write data/reference/h200_nvme_runs_DATE.json [--machine OUT/nvme/machine.json] \\
+        [--fit-also data/reference/h200_nvme_runs_EARLIER.json ...]
 
 The written file (``{"kind": "nvme_runs", "runs": [...], "bandwidth": {...}, "host_fit": {...}}``) is what
 :func:`cookbook.nvme.reference_runs` reads into one row per measured run (notebook 06's "NVMe offload measured on
@@ -133,10 +134,11 @@ def host_fit(runs: list[dict], *, target_params: int | None = None, target_estim
     pts = [r for r in runs if r.get("status") == "ok" and r.get("params") and r.get("host_peak_gib")
            and r.get("host_estimate_gib")]
     out = {"model": "measured − E = a + b·N (E: cookbook.memory.estimate host peak of each run's plan; least "
-                    "squares over the runs); error bar: range of that and E(7B) × each run's measured/E, with E as the run "
-                    "had it too (cookbook.memory.NVME_HOST_RUNTIME_GIB was fitted on such runs)", "target": dict(TARGET), "target_gib": target_gib,
+                    "squares over the runs); error bar: range of that and E(7B) × each run's measured/E; with E as the run "
+                    "had it too (ratio_as_run) only while no run is held out from cookbook.memory.NVME_HOST_RUNTIME_GIB's "
+                    "fit (held_out_runs: estimated with the term already in)", "target": dict(TARGET), "target_gib": target_gib,
            "points": [{k: r.get(k) for k in ("name", "params", "aio", "host_peak_gib", "host_estimate_gib",
-                                              "host_estimate_now_gib")} for r in pts]}
+                                              "host_estimate_now_gib", "source")} for r in pts]}
     if not pts:
         return dict(out, status="no_points", verdict="no measured NVMe run with a host peak: nothing to extrapolate")
     if target_params is None:
@@ -152,61 +154,127 @@ def host_fit(runs: list[dict], *, target_params: int | None = None, target_estim
     a, b = _line(xs, [m - e for m, e in zip(meas, est)])
     central = target_estimate + a + b * n7
     preds = {"residual_fit": central}
+    names = [r["name"] for r in pts]
     for r, m, e in zip(pts, meas, est):
-        preds[f"ratio:{r['name']}"] = target_estimate * m / e
-        if r.get("host_estimate_now_gib") and r.get("host_estimate_gib"):
-            # the estimate as the run had it: today's runtime term was fitted on runs like these, so the band
+        label = r["name"] if names.count(r["name"]) == 1 else f"{r['name']} ({Path(str(r.get('source') or '?')).stem})"
+        preds[f"ratio:{label}"] = target_estimate * m / e
+        if r.get("host_estimate_now_gib") and r.get("host_estimate_gib") and \
+                abs(r["host_estimate_now_gib"] - r["host_estimate_gib"]) > 0.01:
+            # the estimate as the run had it, before today's runtime term (fitted on runs like these): the band
             # keeps what the ratios said before it (not a held-out check)
-            preds[f"ratio_as_run:{r['name']}"] = target_estimate * m / r["host_estimate_gib"]
+            preds[f"ratio_as_run:{label}"] = target_estimate * m / r["host_estimate_gib"]
     sizes = len(set(xs))
     plain = None
     if sizes >= 2:
         c, k = _line(xs, meas)
         plain = {"fixed_gib": round(c, 3), "per_billion_gib": round(k, 3), "gib_7b": round(c + k * n7, 2),
                  "why_not_in_the_error_bar": "not a model of DeepSpeed's buffers: the optimizer swap buffers grow "
-                 "with the largest sub-group only up to sub_group_size (1e9 elements), so a line through a small and a "
-                 "1B model carries that growth on to 7B"}
-    lo, hi = min(preds.values()), max(preds.values())
+                 "with the largest sub-group only up to sub_group_size (1e9 elements), so a line through models below "
+                 "and above that size carries the growth below it on to 7B"}
+    # held out: runs whose estimate already carried today's runtime term (made after it was fitted). With any,
+    # the band is the held-out check's; the ratios of the estimate as earlier runs had it are kept beside it.
+    held_out = [r["name"] for r in pts if r.get("host_estimate_now_gib") and r.get("host_estimate_gib")
+                and abs(r["host_estimate_now_gib"] - r["host_estimate_gib"]) <= 0.01]
+    before = {k: v for k, v in preds.items() if k.startswith("ratio_as_run:")}
+    band = {k: v for k, v in preds.items() if not (held_out and k in before)}
+    lo, hi = min(band.values()), max(band.values())
     verdict = ("fits" if hi <= target_gib else "does not fit" if lo > target_gib else "uncertain: the range straddles")
     return dict(out, status="ok", target_params=target_params, target_estimate_gib=round(target_estimate, 2),
                 fixed_gib=round(a, 3), per_billion_gib=round(b, 3), model_sizes=sizes,
-                predictions={k: round(v, 2) for k, v in preds.items()}, plain_line=plain, central_gib=round(central, 2),
+                predictions={k: round(v, 2) for k, v in preds.items()}, plain_line=plain,
+                held_out_runs=held_out, band_from=sorted(band), central_gib=round(central, 2),
                 low_gib=round(lo, 2), high_gib=round(hi, 2),
                 verdict=f"LLaMA-7B with NVMe offload needs ~{central:.1f} GiB of host RAM ({lo:.1f}–{hi:.1f}): "
                         f"{verdict} {target_gib:g} GiB" + ("" if sizes >= 2 else " (one model size measured: b = 0)"))
 
 
-def convert(data: dict, *, machine: dict | None = None, date: str | None = None, source: str = "") -> dict:
-    """A ``gpu_bench --suite nvme`` results.json (parsed) -> the reference record (module docstring)."""
-    results = data.get("results") or []
-    runs = [run_row(r) for r in results if isinstance(r.get("nvme"), dict) or (r.get("rung") or {}).get("aio")]
+def aio_comparison(runs: list[dict]) -> list[dict]:
+    """Default vs tuned aio at the model level, only where one call (one ``source``) ran both for one model:
+    ``{"model", "source", "default_s_per_step", "tuned_s_per_step", "speedup", "default_step_times_s",
+    "tuned_step_times_s", "spread_pct"}``; ``speedup`` = default s/step ÷ tuned s/step (> 1: tuned faster),
+    ``spread_pct`` = the largest (max − min) / median of the later steps within either run, so a speedup
+    smaller than it is not told apart from the step-to-step noise."""
+    out = []
+    for src in dict.fromkeys(r.get("source") for r in runs):
+        ok = [r for r in runs if r.get("source") == src and r.get("status") == "ok" and r.get("s_per_step")]
+        for model in dict.fromkeys(r["model"] for r in ok):
+            d = next((r for r in ok if r["model"] == model and r.get("aio") == "default"), None)
+            t = next((r for r in ok if r["model"] == model and r.get("aio") == "tuned"), None)
+            if not (d and t):
+                continue
+
+            def spread(r):
+                later = [x for x in (r.get("step_times_s") or [])[1:] if isinstance(x, (int, float))]
+                return 100 * (max(later) - min(later)) / r["s_per_step"] if len(later) >= 2 else None
+            sp = [x for x in (spread(d), spread(t)) if x is not None]
+            out.append({"model": model, "source": src, "default_s_per_step": d["s_per_step"],
+                        "tuned_s_per_step": t["s_per_step"], "speedup": round(d["s_per_step"] / t["s_per_step"], 3),
+                        "default_step_times_s": d.get("step_times_s"), "tuned_step_times_s": t.get("step_times_s"),
+                        "spread_pct": round(max(sp), 1) if sp else None, "tuned_aio": t.get("aio_block")})
+    return out
+
+
+def convert(data: dict | list, *, machine: dict | None = None, date: str | None = None, source: str = "",
+            fit_also: list[dict] | None = None) -> dict:
+    """``gpu_bench --suite nvme`` results.json (parsed; a list of them for several calls, with ``source`` a list
+    of their paths) -> the reference record (module docstring). ``fit_also``: runs rows of earlier reference
+    records, added to the host-RAM extrapolation's points only (not to ``runs``)."""
+    calls = data if isinstance(data, list) else [data]
+    sources = source if isinstance(source, list) else [source] * len(calls)
+    runs, by_call = [], []
+    for d, src in zip(calls, sources):
+        results = d.get("results") or []
+        rows = [dict(run_row(r), source=src) for r in results
+                if isinstance(r.get("nvme"), dict) or (r.get("rung") or {}).get("aio")]
+        runs += rows
+        by_call.append({"source": src, "bandwidth": bandwidth_from_results(results),
+                        "runs": [r["name"] for r in rows]})
+    seen = {(r.get("name"), r.get("source")) for r in runs}
+    extra = [r for r in (fit_also or []) if (r.get("name"), r.get("source")) not in seen]
     return {
         "kind": "nvme_runs",
         "what": "issue 18 item 3: ZeRO-3 with optimizer and parameters on NVMe (fp32 states), DeepSpeed's default aio "
                 "vs this call's `cookbook nvme-tune`, packed shipped chats, one H200 capped at 24 GiB "
                 "(benchmarks/gpu_bench.py --suite nvme)",
-        "date": date or time.strftime("%Y-%m-%d", time.localtime(data.get("suite_started") or time.time())),
-        "source": source, "on_gpu": data.get("on_gpu"), "machine": machine,
-        "bandwidth": bandwidth_from_results(results), "runs": runs, "host_fit": host_fit(runs),
+        "date": date or time.strftime("%Y-%m-%d", time.localtime(calls[0].get("suite_started") or time.time())),
+        "source": sources[0] if len(sources) == 1 else sources, "on_gpu": calls[0].get("on_gpu"), "machine": machine,
+        "bandwidth": by_call[0]["bandwidth"], "calls": by_call, "runs": runs,
+        "aio_comparison": aio_comparison(runs),
+        "host_fit": host_fit(runs + extra),
         "units": "GiB = 2^30 bytes; GB = 1e9 bytes; error % = (estimate − measured) / measured × 100",
     }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--from-results", required=True, help="results.json of `gpu_bench --suite nvme`")
+    p.add_argument("--from-results", required=True, nargs="+",
+                   help="results.json of `gpu_bench --suite nvme` (several: one per device call, in order)")
     p.add_argument("--write", default=None, help="write the record here (default: print it)")
-    p.add_argument("--machine", default=None, help="machine.json of the device call (default: beside results.json)")
-    p.add_argument("--date", default=None, help="date of the measurement (default: the suite's start)")
+    p.add_argument("--machine", default=None, help="machine.json of the device call (default: beside the first results.json)")
+    p.add_argument("--date", default=None, help="date of the measurement (default: the first suite's start)")
+    p.add_argument("--fit-also", nargs="*", default=[],
+                   help="earlier reference records (data/reference/h200_nvme_runs_*.json) whose runs join the 7B "
+                        "host extrapolation's points (not this record's runs)")
     a = p.parse_args(argv)
-    src = Path(a.from_results)
-    try:
-        data = json.loads(src.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        p.error(f"--from-results {src}: cannot be read as JSON ({exc})")
-    mpath = Path(a.machine) if a.machine else src.with_name("machine.json")
+    calls = []
+    for src in map(Path, a.from_results):
+        try:
+            calls.append(json.loads(src.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            p.error(f"--from-results {src}: cannot be read as JSON ({exc})")
+    extra = []
+    for f in map(Path, a.fit_also):
+        try:
+            old = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            p.error(f"--fit-also {f}: cannot be read as JSON ({exc})")
+        if not isinstance(old, dict) or not isinstance(old.get("runs"), list):
+            p.error(f"--fit-also {f}: not an NVMe runs record (no 'runs' list); pass a file this script wrote")
+        extra += [dict(r, source=r.get("source") or str(f)) for r in old["runs"] if isinstance(r, dict)]
+    first = Path(a.from_results[0])
+    mpath = Path(a.machine) if a.machine else first.with_name("machine.json")
     machine = json.loads(mpath.read_text()) if mpath.is_file() else None
-    rec = convert(data, machine=machine, date=a.date, source=str(src))
+    rec = convert(calls, machine=machine, date=a.date, source=list(a.from_results), fit_also=extra)
     text = json.dumps(rec, indent=1, default=str) + "\n"
     if a.write:
         Path(a.write).write_text(text)
@@ -216,6 +284,9 @@ def main(argv=None) -> int:
     import pandas as pd
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(reference_runs(Path(a.write).parent, Path(a.write).name) if a.write else "", file=sys.stderr)
+    for c in rec["aio_comparison"]:
+        print(f"{c['model']}: default {c['default_s_per_step']:.2f} s/step, tuned {c['tuned_s_per_step']:.2f} "
+              f"(x{c['speedup']:.3f}; later steps spread up to {c['spread_pct']} %)", file=sys.stderr)
     print(rec["host_fit"].get("verdict"), file=sys.stderr)
     return 0
 

@@ -1368,7 +1368,8 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
       message and ``cause`` what is known about it, :data:`KNOWN_STOPS` — ``, not re-run`` added when no later
       record has a finished run of the same model), one ``aio tune`` row (DeepSpeed's default aio bandwidth in
       ``read/write GB/s``, the best setting in ``tuned …``) and one ``7B host extrapolation`` row (its range in
-      ``note``);
+      ``note``), and one ``default vs tuned`` row per model that one call ran with both aio blocks
+      (``aio_comparison``: tuned s/step, the ratio and the steps' spread in ``note``);
     * a disk probe (``benchmarks/nvme_bench.py``: ``settings`` with ``write_gb_s``/``read_gb_s``): one
       ``disk probe`` row with the default setting's bandwidth and the best one's;
     * anything else: one row saying it was not understood (never silently dropped); unreadable files: a row
@@ -1414,7 +1415,20 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
                                                        f"({r.get('host_error_pct'):+.1f} %), before "
                                                        "memory.NVME_HOST_RUNTIME_GIB (fitted on runs like this one)"
                                                        if r.get("host_estimate_now_gib") and r.get("host_estimate_gib")
-                                                       and r.get("host_error_pct") is not None else "")})
+                                                       and r.get("host_error_pct") is not None
+                                                       and abs(r["host_estimate_now_gib"] - r["host_estimate_gib"]) > 0.01
+                                                       else "")})
+            for c in data.get("aio_comparison") or []:  # default vs tuned aio, one model, one call
+                if isinstance(c, Mapping) and c.get("speedup"):
+                    spread = c.get("spread_pct")
+                    rows.append({"file": f.name, "date": date, "kind": "default vs tuned", "model": c.get("model"),
+                                 "aio": "tuned", "s/step": c.get("tuned_s_per_step"),
+                                 "note": f"{c.get('model')}: tuned aio {c.get('tuned_s_per_step'):.2f} s/step vs "
+                                         f"DeepSpeed's default {c.get('default_s_per_step'):.2f} in the same call "
+                                         f"({c['speedup']:.2f}×" + (f"; the later steps of each run spread by up to "
+                                                                    f"{spread:.1f} %" if spread is not None else "")
+                                         + (")" if spread is None or abs(c["speedup"] - 1) * 100 > spread else
+                                            ": not told apart from that spread)")})
             fit = data.get("host_fit") or {}
             if fit.get("status") == "ok":
                 rows.append({"file": f.name, "date": date, "kind": "7B host extrapolation",
@@ -1492,7 +1506,8 @@ def _aio_words(block) -> str:
 
 def reference_lines(frame=None) -> list[str]:
     """One short line per bandwidth measurement in :func:`reference_runs` (``frame``, default: the shipped ones):
-    DeepSpeed's default aio read/write GB/s beside the tuned setting's, and the ratio; and the LLaMA-7B host-RAM
+    DeepSpeed's default aio read/write GB/s beside the tuned setting's, and the ratio; default vs tuned aio in
+    training (one model, one call: s/step and the ratio beside the steps' spread); and the LLaMA-7B host-RAM
     extrapolation's verdict. [] when there are none."""
     import pandas as pd
     df = reference_runs() if frame is None else frame
@@ -1509,6 +1524,8 @@ def reference_lines(frame=None) -> list[str]:
                 if have(rd, wr):
                     line += f" ({trd / rd:.2f}× / {twr / wr:.2f}×)"
             lines.append(line)
+        elif r["kind"] == "default vs tuned" and r.get("note"):
+            lines.append(f"{r['file']} — default vs tuned aio in training: {r['note']}")
         elif r["kind"] == "7B host extrapolation" and r.get("note"):
             lines.append(f"{r['file']} — LLaMA-7B's host RAM extrapolated from the measured runs: {r['note']}")
     return lines

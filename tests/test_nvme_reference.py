@@ -198,3 +198,42 @@ def test_check_run_shows_units_and_error(tmp_path):
     assert read["error %"] == pytest.approx(round(100 * (1 / 1.1 - 1), 1))
     written = table.loc["bytes written per optimizer step (/proc/self/io)"]
     assert written["measured"] == "—" and written["error %"] == "—"  # not measured: said, not NaN
+
+
+def test_two_calls_default_vs_tuned_and_the_held_out_band(results, tmp_path, monkeypatch):
+    """Two calls in one record: the same-call default-vs-tuned ratio (default 40 s/step, tuned 32: 1.25×; later
+    steps 40, 40 and 30, 34: spread (34 − 30)/32 = 12.5 %), and a run estimated with today's runtime term already in
+    (held out) takes the as-run ratios out of the band."""
+    monkeypatch.setattr(nr, "target_estimate_gib", lambda target=nr.TARGET: 45.0)
+    call2 = {"suite_started": 1796090000.0, "on_gpu": True, "results": [
+        _rung("nvme-1b-default", "llama-1b", 1_100_000_000, "default", 30.0, 30.0, 18 * GIB, 18 * GIB, 40.0),
+        dict(_rung("nvme-1b-tuned", "llama-1b", 1_100_000_000, "tuned", 30.0, 30.0, 18 * GIB, 18 * GIB, 32.0),
+             metrics=[{"step_time_s": 50.0}, {"step_time_s": 30.0}, {"step_time_s": 34.0}])]}
+    rec = nr.convert([results, call2], source=["c1/results.json", "c2/results.json"], date="2026-12-02")
+    assert [c["runs"] for c in rec["calls"]] == [["nvme-134m-default", "nvme-1b-default", "nvme-3b-tuned"],
+                                                 ["nvme-1b-default", "nvme-1b-tuned"]]
+    (cmp,) = rec["aio_comparison"]  # call 1 has no tuned llama-1b: only call 2 compares
+    assert cmp["source"] == "c2/results.json" and cmp["speedup"] == pytest.approx(1.25)
+    assert cmp["spread_pct"] == pytest.approx(12.5)
+    fit = rec["host_fit"]
+    assert fit["held_out_runs"] == []  # the hand-made rungs carry no runtime term: nothing is held out
+    # with a term recorded: as-run estimate 29.0 GiB, today's 30.0 -> ratio_as_run kept out once one run is held out
+    rows = [dict(nr.run_row(r), source="c2") for r in call2["results"]]
+    rows[0].update(host_estimate_gib=29.0, host_estimate_now_gib=30.0)
+    rows[1].update(host_estimate_gib=30.0, host_estimate_now_gib=30.0)
+    fit = nr.host_fit(rows, target_params=6_738_415_616, target_estimate=45.0)
+    assert fit["held_out_runs"] == ["nvme-1b-tuned"]
+    assert fit["predictions"]["ratio_as_run:nvme-1b-default"] == pytest.approx(45 * 30 / 29, abs=0.005)
+    assert (fit["low_gib"], fit["high_gib"]) == (pytest.approx(45.0), pytest.approx(45.0))
+    # the CLI: two results files and an earlier record for the fit; a --fit-also that is not a record is refused
+    for i, d in enumerate((results, call2)):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(d))
+    (tmp_path / "old.json").write_text(json.dumps({"runs": [rows[0]]}))
+    out = tmp_path / "h200_nvme_runs_x.json"
+    assert nr.main(["--from-results", str(tmp_path / "r0.json"), str(tmp_path / "r1.json"), "--write", str(out),
+                    "--fit-also", str(tmp_path / "old.json")]) == 0
+    written = json.loads(out.read_text())
+    assert len(written["runs"]) == 5 and len(written["host_fit"]["points"]) == 5  # 4 ok runs + the earlier one
+    (tmp_path / "bad.json").write_text("[1]")
+    with pytest.raises(SystemExit):
+        nr.main(["--from-results", str(tmp_path / "r0.json"), "--fit-also", str(tmp_path / "bad.json")])
