@@ -219,7 +219,11 @@ def run_cookbook(v: Variant, run_dir: Path, dataset: Path, on_gpu: bool, aio: di
                    seed=1234, bf16_states=v.bf16_states and precision == "bf16",
                    emulate_gpu_memory_gib=24.0 if on_gpu else None, verify_save="off", final_save=False, force=True,
                    hang_timeout_s=v.timeout_s, env=env, progress=False, random_weights=True,
-                   tokenizer="shipped")  # config-only model folders: the shipped tokenizer, as gpu_bench
+                   tokenizer="shipped",  # config-only model folders: the shipped tokenizer, as gpu_bench
+                   # one example per row, cut to seq_len: the rows benchmarks/trainer_baseline.py trains (the
+                   # cookbook's default splits and packs these long examples: block-diagonal masks, sdpa's slower
+                   # kernel; measured on 2026-12-02 at 0.71x, data/reference/h200_levers_2026-12-02.json)
+                   packing=False)
     s = res.summary or {}
     rows = res.metrics or []
     rank0 = run_dir / "logs" / "rank0.log"
