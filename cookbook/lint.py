@@ -1690,6 +1690,8 @@ def _run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     resolved = report.resolved
+    if not Path(args.config).is_file():
+        notes = []  # nothing was read: the "not found" error alone, not what the defaults would have been
     to_stdout = not (args.resolve and not args.output)  # --resolve alone: the JSON owns stdout
     out = sys.stdout if to_stdout else sys.stderr
     if args.json:

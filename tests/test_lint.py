@@ -382,6 +382,22 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert cli.main(["lint", str(SEEDS / "001_llama7b_offload_example.json"), "--world-size", "1"]) == 2
     assert cli.main(["lint", str(tmp_path / "missing.json"), "--world-size", "1"]) == 2
     assert "not found" in capsys.readouterr().out
+    # a missing file without --world-size/--model: the error alone, not notes about defaults nothing was checked with
+    assert cli.main(["lint", str(tmp_path / "missing.json")]) == 2
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("missing.json: error") or out.splitlines()[0].startswith(str(tmp_path))
+    assert "world size" not in out and "model: not given" not in out
+
+
+def test_a_mistyped_flag_value_gets_a_short_error(capsys):
+    """argparse's error without the whole usage block: the line that names the flag, the value and the choices."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--zero-stage", "4"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == ("cookbook train: error: argument --zero-stage: invalid choice: 4 "
+                                   "(choose from 0, 1, 2, 3)")
+    assert "usage:" not in err and "cookbook train --help" in err and len(err.splitlines()) == 2
 
 
 def test_config_disagrees_with_plan():
