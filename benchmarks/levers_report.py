@@ -43,6 +43,8 @@ def _row(r: dict, call: str, ceil: dict) -> dict:
     row = {k: r.get(k) for k in keep}
     v = r.get("variant") or {}
     row["call"] = call
+    row["num_params"] = N_3B  # every levers run is the 3.4B shape (benchmarks/models/llama-3b)
+    row["group"] = "levers"  # cookbook.reference.REFERENCE_SELECTION: shown beside notebooks 04 and 06's runs
     row["lever"] = {k: v.get(k) for k in ("micro_batch", "bf16_states", "zenflow", "zenflow_native", "liger", "bind")}
     row["note"] = v.get("note")
     row["plan"] = r.get("plan")

@@ -31,14 +31,15 @@ FACTS_DIR = DATA_DIR.parent / "tests" / "fixtures" / "facts"
 #: benchmark groups of ``data/reference`` (``group``) and the ZeRO variants (``label``) that retell
 #: that notebook's step. ``None`` means any. (``issue10``: Qwen2.5-3B on 2 ranks, the per-rank model
 #: states of Qwen-14B on 8; ``ladder_*``: the ZeRO ladder on a 3B model; ``llama7b_1rank``, ``stock``,
-#: ``bf16_states``: LLaMA-class runs on one GPU.)
+#: ``bf16_states``: LLaMA-class runs on one GPU; ``levers``: issue 19's runs on the 3.4B recipe — Liger, ZenFlow,
+#: the HF Trainer with the article's and the recipe's configs, ``benchmarks/levers_report.py``.)
 REFERENCE_SELECTION = {
     "01": ({"issue10"}, None),
     "02": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-2", "ZeRO-2 + opt→cpu")),
     "03": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-3",)),
-    "04": ({"issue10", "ladder_1rank", "ladder_2rank"}, ("ZeRO-3 + opt→cpu", "ZeRO-3 + opt→cpu + param→cpu")),
+    "04": ({"issue10", "ladder_1rank", "ladder_2rank", "levers"}, ("ZeRO-3 + opt→cpu", "ZeRO-3 + opt→cpu + param→cpu")),
     "05": ({"issue10", "ladder_2rank"}, None),
-    "06": ({"llama7b_1rank", "bf16_states", "stock", "ladder_1rank"}, None),
+    "06": ({"llama7b_1rank", "bf16_states", "stock", "ladder_1rank", "levers"}, None),
 }
 
 
@@ -108,7 +109,9 @@ def reference_projection(notebook: str, num_params: int | None = None,
         proj = (r.get("projection_rtx4090") or {}).get("tokens_per_s")
         if proj and str(r.get("status", "")).startswith("ok"):
             n = r.get("num_params")
-            gap = abs(math.log(n / num_params)) if num_params and n else 0.0
+            if num_params and not n:
+                continue  # a record that does not say its model's size cannot be the closest in size
+            gap = abs(math.log(n / num_params)) if num_params else 0.0
             found.append((round(gap, 3), -float(proj), {"name": r.get("name"), "label": _variant(r), "num_params": n,
                           "tokens_per_s": float(proj), "measured_tokens_per_s": r.get("tokens_per_s"),
                           "file": r.get("_file")}))
@@ -351,7 +354,10 @@ def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os
                      "peak host GiB": rounded(r.get("host_peak_gib"), 2), "source": "this run"})
     ref = reference_frame(notebook, directory)
     for _, r in ref.iterrows():
-        rows.append({"hardware": r["hardware"], "run": f"{r['run']} ({r['model']})", "status": r["status"],
+        name = r.get("name")  # which run of the benchmark (e.g. trainer-article): several share a ZeRO variant
+        rows.append({"hardware": r["hardware"], "run": f"{r['run']} ({r['model']}" + (f", {name})" if isinstance(name, str)
+                                                                                     and name else ")"),
+                     "status": r["status"],
                      "world size": r["world size"],
                      "loss first": r["loss first"], "loss last": r["loss last"], "tokens/s": r["tokens/s"],
                      "peak GPU GiB": r["peak GPU GiB"], "peak host GiB": r["peak host GiB"],
