@@ -841,6 +841,29 @@ def collate(batch_ids: list, batch_labels: list, pad_id: int):
 # --------------------------------------------------------------------------------------------
 # does the attention keep packed examples apart?
 
+#: What a block-diagonal mask costs on a GPU with ``sdpa``: PyTorch's flash kernel takes no ``attn_mask``
+#: (``torch.nn.functional.scaled_dot_product_attention`` docs: with a mask it picks the memory-efficient or
+#: math kernel), so packed rows with example boundaries run slower than unmasked rows. Measured on one H200
+#: capped at 24 GiB, 3.4B LLaMA shape, ZeRO-2 + optimizer offload, micro batch 16, seq 1024, bf16 states:
+#: 0.66× (5,299 vs 8,047 tokens/s, ``data/reference/h200_calib_2026-12-01.json`` against
+#: ``h200_levers_2026-12-01.json``) and 0.71× (5,497 vs 7,769 under the HF Trainer with one example per row,
+#: ``data/reference/h200_levers_2026-12-02.json``); GPU allocated +2.9 GiB.
+SDPA_PACKED_COST = (0.66, 0.71)
+
+
+def packed_attention_cost_note(attention: dict, *, packing: bool, on_gpu: bool) -> str | None:
+    """The throughput note for packed rows on a GPU's ``sdpa`` path (:data:`SDPA_PACKED_COST`), or None where it
+    does not apply (no packing, not a GPU, another attention implementation, or one that does not keep examples
+    apart). ``attention``: :func:`packing_attention`'s result."""
+    if not (packing and on_gpu and attention.get("implementation") == "sdpa" and attention.get("within_examples")
+            and not attention.get("flatten")):
+        return None
+    lo, hi = SDPA_PACKED_COST
+    return (f"packed rows reach sdpa with a block-diagonal mask, which keeps PyTorch off its flash kernel: measured "
+            f"{lo:.2f}–{hi:.2f}× the tokens/s of unmasked rows (3.4B, seq 1024, H200; cookbook.data.SDPA_PACKED_COST). "
+            "Faster: `pip install flash-attn` (varlen kernels; the cookbook flattens each micro batch for them), or "
+            "--no-packing, which cuts every example to --seq-len (tokens past it are not trained)")
+
 def packing_attention(model) -> dict:
     """Whether this model's attention keeps each packed example to itself, checked on its own config.
 

@@ -751,7 +751,7 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from . import checkpoint as ckpt
-    from .data import make_rows, packing_attention, sample_order
+    from .data import make_rows, packed_attention_cost_note, packing_attention, sample_order
     from .models import model_spec, resolve_model_path
 
     # Before Accelerate enables ZeRO-3 init (which would hook the meta-device model count too).
@@ -850,6 +850,10 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     if packing and not attention["within_examples"]:
         _print_rank0(accelerator, "[attention] WARNING: packed examples attend to the earlier examples of their row "
                      "(position_ids restart per example, but the mask does not separate them)")
+    cost = packed_attention_cost_note(attention, packing=packing, on_gpu=accelerator.device.type == "cuda")
+    if cost:
+        attention = dict(attention, cost_note=cost)
+        _print_rank0(accelerator, f"[attention] note: {cost}")
 
     optimizer = DummyOptim(model.parameters()) if "optimizer" in ds_config else torch.optim.AdamW(model.parameters(), lr=args.lr)
     scheduler = DummyScheduler(optimizer) if "scheduler" in ds_config else None

@@ -384,3 +384,19 @@ def test_examples_longer_than_seq_len_counted_split_or_cut(tmp_path, tok):
                     pad_id=tok.pad_token_id)
     assert one.longer == one.split == 0 and "split" not in one.describe() and "continue" not in one.describe()
     assert format_prompt("a") == "### Instruction:\na\n\n### Response:\n"
+
+
+def test_packed_sdpa_cost_note_only_where_it_applies():
+    """The GPU note for packed rows on sdpa's masked path: only with packing, on a GPU, sdpa keeping examples apart
+    without flattening; it names the measured range and both ways out."""
+    from cookbook.data import SDPA_PACKED_COST, packed_attention_cost_note
+    sdpa = {"implementation": "sdpa", "within_examples": True, "flatten": False}
+    note = packed_attention_cost_note(sdpa, packing=True, on_gpu=True)
+    assert SDPA_PACKED_COST == (0.66, 0.71) and "0.66–0.71×" in note
+    assert "flash-attn" in note and "--no-packing" in note
+    assert packed_attention_cost_note(sdpa, packing=False, on_gpu=True) is None
+    assert packed_attention_cost_note(sdpa, packing=True, on_gpu=False) is None  # the CPU rehearsal: no such kernel
+    flash = {"implementation": "flash_attention_2", "within_examples": True, "flatten": True}
+    assert packed_attention_cost_note(flash, packing=True, on_gpu=True) is None
+    leaky = dict(sdpa, within_examples=False)  # its own WARNING says more than a speed note
+    assert packed_attention_cost_note(leaky, packing=True, on_gpu=True) is None
