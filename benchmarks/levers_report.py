@@ -74,14 +74,21 @@ def _row(r: dict, call: str, ceil: dict) -> dict:
     return row
 
 
-def build() -> tuple[dict, dict]:
-    c1 = json.loads((RAW / "h200_levers_call1_levers.json").read_text())
-    c2 = json.loads((RAW / "h200_levers_call2_levers.json").read_text())
+def call1_ceilings(c1: dict) -> tuple[dict, dict]:
+    """(ceilings, versions) of 2026-12-01's call 1: pinned copies and bf16 matmul (``benchmarks.ceilings``) and the
+    CPU Adam rate with the default thread setting, the floors' inputs (:func:`benchmarks.report.floor`)."""
     ceil = dict(c1["ceilings"])
     adam = c1["cpu_adam_settings"]["default"]
     ceil["cpu_adam_params_per_s"] = adam["cpu_adam_params_per_s"]
     ceil["cpu_adam_threads"] = adam["cpu_adam_threads"]
-    versions = ceil.pop("versions")
+    return ceil, ceil.pop("versions", None) or {}
+
+
+def build() -> tuple[dict, dict]:
+    c1 = json.loads((RAW / "h200_levers_call1_levers.json").read_text())
+    c2 = json.loads((RAW / "h200_levers_call2_levers.json").read_text())
+    ceil, versions = call1_ceilings(c1)
+    adam = c1["cpu_adam_settings"]["default"]
     rows = [_row(r, "call1", ceil) for r in c1["runs"]] + [_row(r, "call2", ceil) for r in c2["runs"]]
     by = {r["name"]: r for r in rows}
 
@@ -258,12 +265,7 @@ def build_baselines() -> dict:
     rows compare). Floors and projections with 2026-12-01 call 1's ceilings (none measured that day)."""
     c3 = json.loads((RAW / "h200_levers_session3_call3_levers.json").read_text())
     c5 = json.loads((RAW / "h200_levers_session3_call5_levers.json").read_text())
-    c1 = json.loads((RAW / "h200_levers_call1_levers.json").read_text())
-    ceil = dict(c1["ceilings"])
-    adam = c1["cpu_adam_settings"]["default"]
-    ceil["cpu_adam_params_per_s"] = adam["cpu_adam_params_per_s"]
-    ceil["cpu_adam_threads"] = adam["cpu_adam_threads"]
-    ceil.pop("versions", None)
+    ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
     rows = [_row(r, "call3", ceil) for r in c3["runs"] if r["status"] == "ok"]
     rows += [dict(_row(r, "call5", ceil), name="recipe-packed") for r in c5["runs"] if r["name"] == "recipe"]
     by = {r["name"]: r for r in rows}
