@@ -301,8 +301,10 @@ def build_baselines() -> dict:
                 rp / tr,
             "cookbook_recipe one example per row (2026-12-01 call 1, 8,047) over trainer_recipe (2026-12-02 call 3)":
                 recipe_full_rows / tr,
-            "trainer_article today over the issue's 2,037 (2026-12-01)": ta / 2037.0,
-            "trainer_recipe today over the issue's 8,470 (2026-12-01)": tr / 8470.0,
+            # 2,037 and 8,470 tokens/s: issue 19's text (the same two Trainer runs, 2026-12-01, an earlier session's
+            # device call whose output is not in data/reference)
+            "trainer_article today over issue 19's 2,037 (2026-12-01, issue text)": ta / 2037.0,
+            "trainer_recipe today over issue 19's 8,470 (2026-12-01, issue text)": tr / 8470.0,
         },
         "liger_check": {"how": "bash benchmarks/device/call_liger_check.sh: cookbook train tiny-llama, ZeRO-2 + "
                                "optimizer offload, micro 8, seq 256, 4 steps, seed 1234, with and without --liger",
