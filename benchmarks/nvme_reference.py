@@ -257,11 +257,24 @@ def main(argv=None) -> int:
                         "host extrapolation's points (not this record's runs)")
     a = p.parse_args(argv)
     calls = []
+    if len(set(map(str, a.from_results))) != len(a.from_results):
+        p.error(f"--from-results {' '.join(a.from_results)}: a file is given twice (its runs would count twice)")
     for src in map(Path, a.from_results):
         try:
-            calls.append(json.loads(src.read_text()))
+            data = json.loads(src.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             p.error(f"--from-results {src}: cannot be read as JSON ({exc})")
+        if not (isinstance(data, dict) and isinstance(data.get("results"), list)
+                and all(isinstance(r, dict) for r in data["results"])):
+            hint = (" — it is a reference record: pass it to --fit-also" if isinstance(data, dict)
+                    and data.get("kind") == "nvme_runs" else "")
+            p.error(f"--from-results {src}: not a `gpu_bench --suite nvme` results.json (needs a 'results' list of "
+                    f"records){hint}")
+        if not any(isinstance(r.get("nvme"), dict) or (r.get("rung") or {}).get("aio") for r in data["results"]):
+            p.error(f"--from-results {src}: no NVMe rung in its results (names: "
+                    f"{', '.join(str(r.get('name')) for r in data['results']) or 'none'}); give the results.json "
+                    "of a `gpu_bench --suite nvme` call")
+        calls.append(data)
     extra = []
     for f in map(Path, a.fit_also):
         try:
@@ -273,7 +286,17 @@ def main(argv=None) -> int:
         extra += [dict(r, source=r.get("source") or str(f)) for r in old["runs"] if isinstance(r, dict)]
     first = Path(a.from_results[0])
     mpath = Path(a.machine) if a.machine else first.with_name("machine.json")
-    machine = json.loads(mpath.read_text()) if mpath.is_file() else None
+    machine = None
+    if a.machine and not mpath.is_file():
+        p.error(f"--machine {mpath}: not found (the device call's machine.json; leave the flag out to read the one "
+                "beside the first results.json)")
+    if mpath.is_file():
+        try:
+            machine = json.loads(mpath.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            p.error(f"--machine {mpath}: cannot be read as JSON ({exc})")
+    if a.write and not Path(a.write).parent.is_dir():
+        p.error(f"--write {a.write}: the folder {Path(a.write).parent} does not exist; create it or pick another path")
     rec = convert(calls, machine=machine, date=a.date, source=list(a.from_results), fit_also=extra)
     text = json.dumps(rec, indent=1, default=str) + "\n"
     if a.write:

@@ -237,3 +237,24 @@ def test_two_calls_default_vs_tuned_and_the_held_out_band(results, tmp_path, mon
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(SystemExit):
         nr.main(["--from-results", str(tmp_path / "r0.json"), "--fit-also", str(tmp_path / "bad.json")])
+
+
+def test_cli_refuses_what_is_not_a_results_file(results, tmp_path, capsys):
+    """A reference record passed as results (the easy mix-up with --fit-also), a list, a file given twice, a
+    typed --machine that is missing, a --write folder that does not exist: each a one-line error naming the flag."""
+    good = tmp_path / "results.json"
+    good.write_text(json.dumps(results))
+    (tmp_path / "record.json").write_text(json.dumps({"kind": "nvme_runs", "runs": []}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "other.json").write_text(json.dumps({"results": [{"name": "recipe"}]}))
+    cases = [(["--from-results", str(tmp_path / "record.json")], "pass it to --fit-also"),
+             (["--from-results", str(tmp_path / "list.json")], "not a `gpu_bench --suite nvme` results.json"),
+             (["--from-results", str(tmp_path / "other.json")], "no NVMe rung in its results (names: recipe)"),
+             (["--from-results", str(good), str(good)], "a file is given twice"),
+             (["--from-results", str(good), "--machine", str(tmp_path / "nope.json")], "--machine"),
+             (["--from-results", str(good), "--write", str(tmp_path / "no" / "x.json")], "does not exist")]
+    for argv, says in cases:
+        with pytest.raises(SystemExit) as e:
+            nr.main(argv)
+        assert e.value.code == 2
+        assert says in capsys.readouterr().err
