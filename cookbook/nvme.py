@@ -1388,10 +1388,15 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
             continue
         date = data.get("date") if isinstance(data, Mapping) else None
         if isinstance(data, Mapping) and isinstance(data.get("runs"), list):
-            bw = data.get("bandwidth") or {}
-            if bw.get("default") or bw.get("best"):
-                rows.append(_bandwidth_row(f.name, "aio tune", bw.get("default"), json.dumps(bw.get("best_aio")),
-                                           bw.get("best"), date))
+            calls = [c.get("bandwidth") or {} for c in data.get("calls") or [] if isinstance(c, Mapping)]
+            for n, bw in enumerate(calls or [data.get("bandwidth") or {}]):  # one tune per device call
+                if bw.get("default") or bw.get("best"):
+                    row = _bandwidth_row(f.name, "aio tune", bw.get("default"), json.dumps(bw.get("best_aio")),
+                                         bw.get("best"), date)
+                    if len(calls) > 1:
+                        runs_of = ", ".join((data["calls"][n].get("runs") or [])) or "no run"
+                        row["note"] = f"call {n + 1} ({runs_of}): " + str(row.get("note") or "")
+                    rows.append(row)
             for r in data["runs"]:
                 if not isinstance(r, Mapping):
                     continue
@@ -1443,15 +1448,22 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
         else:
             rows.append({"file": f.name, "kind": "not understood",
                          "note": "neither an NVMe runs record (runs) nor a disk probe (settings)"})
-    for i, row in enumerate(rows):  # a known stop: was a finished run of that model recorded later?
+    for i, row in enumerate(rows):  # a run that did not finish: was one of that model and aio finished later?
         cause = row.pop("_cause", None)
-        if cause:  # later: a later date, or the same date in a file that sorts after (…-01.json, …-01b.json)
-            later = any(o.get("kind") == "NVMe run" and o.get("status") == "ok" and o.get("model") == row["model"]
-                        and (str(o.get("date") or ""), j > i and o.get("file") != row.get("file"))
-                        > (str(row.get("date") or ""), False) for j, o in enumerate(rows))
-            row["cause"] = cause[1] + ("" if later else f"; not re-run since (no later finished {row['model']} run "
-                                                         "in these records)")
-            row["cause (short)"] = cause[0] + ("" if later else ", not re-run")
+        if row.get("kind") != "NVMe run" or row.get("status") == "ok":
+            continue
+        # later: a later date, or the same date in a file that sorts after (…-01.json, …-01b.json)
+        later = next((o for j, o in enumerate(rows) if o.get("kind") == "NVMe run" and o.get("status") == "ok"
+                      and o.get("model") == row["model"] and o.get("aio") == row.get("aio")
+                      and (str(o.get("date") or ""), j > i and o.get("file") != row.get("file"))
+                      > (str(row.get("date") or ""), False)), None)
+        since = f"ran since: {later['file']}, ok" if later is not None else None
+        if cause:
+            row["cause"] = cause[1] + (f"; {since}" if since else f"; not re-run since (no later finished "
+                                                                  f"{row['model']} run with {row.get('aio')} aio in these records)")
+            row["cause (short)"] = cause[0] + (f", {since}" if since else ", not re-run")
+        elif since:
+            row["cause"] = row["cause (short)"] = since
     return pd.DataFrame(rows, columns=REFERENCE_COLUMNS)
 
 
@@ -1515,6 +1527,9 @@ def reference_lines(frame=None) -> list[str]:
     for _, r in df.iterrows():
         if r["kind"] in ("disk probe", "aio tune"):
             what = "disk probe, benchmarks/nvme_bench.py" if r["kind"] == "disk probe" else "cookbook nvme-tune"
+            note = r.get("note")
+            if isinstance(note, str) and note.startswith("call "):  # a record of several device calls
+                what += " in " + note.split("): ")[0] + ")"
             rd, wr, trd, twr = (r.get(c) for c in ("read GB/s", "write GB/s", "tuned read GB/s", "tuned write GB/s"))
             have = lambda *v: all(isinstance(x, (int, float)) and not pd.isna(x) for x in v)  # noqa: E731
             line = f"{r['file']} — {what}: DeepSpeed's default aio " + (
@@ -1527,7 +1542,9 @@ def reference_lines(frame=None) -> list[str]:
         elif r["kind"] == "default vs tuned" and r.get("note"):
             lines.append(f"{r['file']} — default vs tuned aio in training: {r['note']}")
         elif r["kind"] == "7B host extrapolation" and r.get("note"):
-            lines.append(f"{r['file']} — LLaMA-7B's host RAM extrapolated from the measured runs: {r['note']}")
+            newest = df[df["kind"] == "7B host extrapolation"].iloc[-1]["file"]  # files sort by date
+            lines.append(f"{r['file']} — LLaMA-7B's host RAM extrapolated from the measured runs: {r['note']}"
+                         + ("" if r["file"] == newest else f" (superseded by {newest})"))
     return lines
 
 

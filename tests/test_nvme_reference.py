@@ -5,7 +5,7 @@ import json
 import pytest
 
 from benchmarks import nvme_reference as nr
-from cookbook.nvme import REFERENCE_COLUMNS, reference_runs
+from cookbook.nvme import REFERENCE_COLUMNS, reference_lines, reference_runs
 
 GIB = 2 ** 30
 
@@ -138,12 +138,22 @@ def test_reference_run_table_rows_causes_and_bandwidth_lines(tmp_path):
     assert line == ("a_nvme_runs_2026-12-01.json — cookbook nvme-tune: DeepSpeed's default aio read 0.94 / write "
                     "2.16 GB/s; tuned (block 1 MiB, queue depth 32, 4 thread(s)) read 1.12 / write 2.17 GB/s "
                     "(1.20× / 1.01×)")
-    # a later record with a finished run of the same model: the stop is no longer "not re-run"
+    # a later record with a finished run of the same model and aio: that stop says where it ran since; the
+    # tuned run's stop is still "not re-run" (a default-aio run is not a re-run of it)
     later = _run("m-big", "default", "ok", "4 steps", s_per_step=20.0, tokens_per_s=204.8)
     (tmp_path / "b_nvme_runs_2026-12-05.json").write_text(json.dumps(_record("2026-12-05", [later])))
     frame = reference_runs(tmp_path)
-    assert list(frame["cause (short)"].dropna()) == ["DeepSpeed #3062; fixed since in build_config",
-                                                      "disk full; launch now refuses it before the start"]
+    assert list(frame["cause (short)"].dropna()) == [
+        "DeepSpeed #3062; fixed since in build_config, ran since: b_nvme_runs_2026-12-05.json, ok",
+        "disk full; launch now refuses it before the start, not re-run"]
+    # a run that never started (not_run) gets the same pointer once one ran
+    skipped = _run("m-big", "tuned", "not_run", "not run, 64 s left before the suite's deadline")
+    done = _run("m-big", "tuned", "ok", "3 steps", s_per_step=21.0)
+    (tmp_path / "c_nvme_runs_2026-12-06.json").write_text(json.dumps(_record("2026-12-06", [skipped])))
+    (tmp_path / "d_nvme_runs_2026-12-07.json").write_text(json.dumps(_record("2026-12-07", [done])))
+    frame = reference_runs(tmp_path)
+    row = frame[(frame["file"] == "c_nvme_runs_2026-12-06.json") & (frame["kind"] == "NVMe run")].iloc[0]
+    assert row["cause (short)"] == "ran since: d_nvme_runs_2026-12-07.json, ok"
 
 
 def test_shipped_3062_stop_is_fixed_in_build_config():
@@ -217,6 +227,13 @@ def test_two_calls_default_vs_tuned_and_the_held_out_band(results, tmp_path, mon
     assert cmp["spread_pct"] == pytest.approx(12.5)
     fit = rec["host_fit"]
     assert fit["held_out_runs"] == []  # the hand-made rungs carry no runtime term: nothing is held out
+    # notebook 06's lines: the tune of the call that had one, named by its call; the default-vs-tuned line
+    (tmp_path / "x_nvme_runs_2026-12-02.json").write_text(json.dumps(rec))
+    lines = reference_lines(reference_runs(tmp_path))
+    assert lines[0].startswith("x_nvme_runs_2026-12-02.json — cookbook nvme-tune in call 1 (nvme-134m-default, "
+                               "nvme-1b-default, nvme-3b-tuned): DeepSpeed's default aio read 1.46 / write 1.28 GB/s")
+    assert "llama-1b: tuned aio 32.00 s/step vs DeepSpeed's default 40.00 in the same call (1.25×" in lines[1]
+    (tmp_path / "x_nvme_runs_2026-12-02.json").unlink()
     # with a term recorded: as-run estimate 29.0 GiB, today's 30.0 -> ratio_as_run kept out once one run is held out
     rows = [dict(nr.run_row(r), source="c2") for r in call2["results"]]
     rows[0].update(host_estimate_gib=29.0, host_estimate_now_gib=30.0)
