@@ -1315,8 +1315,8 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
 
 #: Columns of :func:`reference_runs` (one row per measured NVMe run; a disk probe or tune is one bandwidth row).
 REFERENCE_COLUMNS = ["file", "date", "kind", "model", "params", "aio", "status", "s/step", "tokens/s", "host peak GiB",
-                     "host estimate GiB", "host error %", "disk GiB", "disk estimate GiB", "achieved/floor",
-                     "read GB/s", "write GB/s", "tuned aio", "tuned read GB/s", "tuned write GB/s", "cause", "cause (short)",
+                     "host estimate GiB", "host error %", "estimate basis", "disk GiB", "disk estimate GiB",
+                     "achieved/floor", "read GB/s", "write GB/s", "tuned aio", "tuned read GB/s", "tuned write GB/s", "cause", "cause (short)",
                      "note"]
 
 #: Stops seen in the NVMe reference runs, by a fragment of the message: (short cause, what happened and what the
@@ -1353,6 +1353,18 @@ def _stop_cause(message: str, run: Mapping, data: Mapping) -> tuple[str, str] | 
             return short, long.format(disk_est=f"{est:.1f} GiB" if isinstance(est, (int, float)) else "unknown GiB",
                                       free=f"{free:.1f} GiB" if isinstance(free, (int, float)) else "unknown GiB")
     return None
+
+
+def _estimate_basis(run: Mapping) -> str | None:
+    """Which estimate a measured run's host error is against: ``held out`` (the run's own estimate already had
+    :data:`cookbook.memory.NVME_HOST_RUNTIME_GIB`), ``re-based, fitted on`` (today's estimate; the term was fitted
+    on runs like it), ``as run, before the runtime term`` (a record that predates it), or None (no estimate)."""
+    now, then = run.get("host_estimate_now_gib"), run.get("host_estimate_gib")
+    if not isinstance(then, (int, float)):
+        return None
+    if not isinstance(now, (int, float)):
+        return "as run, before the runtime term"
+    return "held out" if abs(now - then) <= 0.01 else "re-based, fitted on"
 
 
 def reference_runs(folder=None, pattern: str = "*nvme*.json"):
@@ -1411,6 +1423,7 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
                              "host estimate GiB": r.get("host_estimate_now_gib") or r.get("host_estimate_gib"),
                              "host error %": (r.get("host_error_now_pct") if r.get("host_estimate_now_gib")
                                               else r.get("host_error_pct")),
+                             "estimate basis": _estimate_basis(r) if ok else None,
                              "disk GiB": r.get("disk_gib"),
                              "disk estimate GiB": r.get("disk_estimate_gib"),
                              "achieved/floor": r.get("achieved_over_floor"),
@@ -1469,7 +1482,7 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
 
 #: Columns of :func:`reference_run_table`.
 RUN_TABLE_COLUMNS = ["date", "model", "parameters (B)", "aio", "status", "s/step", "tokens/s", "host peak GiB",
-                     "host estimate GiB", "host error %", "disk GiB", "disk estimate GiB", "achieved/floor",
+                     "host estimate GiB", "host error %", "estimate basis", "disk GiB", "disk estimate GiB", "achieved/floor",
                      "stopped with"]
 
 
@@ -1500,6 +1513,7 @@ def reference_run_table(frame=None):
                      else None, "aio": r.get("aio"), "status": r.get("status"), "s/step": num("s/step", 2),
                      "tokens/s": num("tokens/s", 0), "host peak GiB": num("host peak GiB", 2),
                      "host estimate GiB": num("host estimate GiB", 2), "host error %": num("host error %", 1),
+                     "estimate basis": r.get("estimate basis"),
                      "disk GiB": num("disk GiB", 2), "disk estimate GiB": num("disk estimate GiB", 2),
                      "achieved/floor": num("achieved/floor", 2), "stopped with": stop})
     return tidy_frame(pd.DataFrame(rows, columns=RUN_TABLE_COLUMNS), rehearsal=False)

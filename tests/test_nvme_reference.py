@@ -124,6 +124,11 @@ def test_reference_run_table_rows_causes_and_bandwidth_lines(tmp_path):
         (3.1, 1323.0, 6.66, 5.63)
     assert (first["disk GiB"], first["disk estimate GiB"], first["achieved/floor"]) == (2.25, 2.0, 1.06)
     assert first["parameters (B)"] == 1.1 and first["stopped with"] == ""
+    assert first["estimate basis"] == "as run, before the runtime term"  # no host_estimate_now_gib in that record
+    from cookbook.nvme import _estimate_basis
+    assert _estimate_basis({"host_estimate_gib": 33.62, "host_estimate_now_gib": 33.623}) == "held out"
+    assert _estimate_basis({"host_estimate_gib": 32.62, "host_estimate_now_gib": 33.623}) == "re-based, fitted on"
+    assert _estimate_basis({}) is None
     stop = table.iloc[1]["stopped with"]
     assert stop.startswith("rank0: AssertionError: Not enough buffers 0 for swapping 1 — DeepSpeed #3062")
     assert "build_config" in stop and "not re-run since" in stop
