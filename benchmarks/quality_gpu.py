@@ -91,7 +91,17 @@ def merge(paths: list[Path], *, k: int = 20) -> dict:
         if r["variant"] in runs:
             raise ValueError(f"--merge {p}: variant {r['variant']} given twice")
         runs[r["variant"]] = r
-    curves = {n: [x for x in r["losses"] if isinstance(x, (int, float))] for n, r in runs.items()}
+    if k < 1:
+        raise ValueError(f"--last {k}: the final mean needs at least 1 step (default 20)")
+    if "exact_adam" not in runs:
+        raise ValueError(f"--merge: no exact_adam record among {', '.join(runs)} — the gaps are measured against it")
+    curves = {}
+    for p, (n, r) in zip(paths, runs.items()):
+        c = [x for x in r["losses"] if isinstance(x, (int, float))]
+        if len(c) < k:
+            raise ValueError(f"--merge {p}: {n} has {len(c)} numeric losses, fewer than --last {k} "
+                             f"(status {r.get('status')}: {r.get('message')}); lower --last or re-run it")
+        curves[n] = c
     tail, gaps = compare(curves, k=k)
     return {"kind": "quality_curves",
             "what": "issue 19 item 4 on the GPU: the 3.4B recipe's loss per optimizer step, exact Adam (fp32 states) "
@@ -116,6 +126,16 @@ def main(argv=None) -> int:
         p.error("give --variant NAME (one run) or --merge FILE... (side by side), one of the two")
     if not a.out:
         p.error("--out is needed (a folder for --variant, a JSON file for --merge)")
+    out = Path(a.out)
+    if a.variant and out.exists() and not out.is_dir():
+        p.error(f"--out {out}: a file; --variant writes <variant>.json into a folder")
+    if a.merge and (out.is_dir() or not out.parent.is_dir()):
+        p.error(f"--out {out}: --merge writes one JSON file; give a file path in an existing folder")
+    if a.variant and not a.rehearsal:
+        import torch
+        if not torch.cuda.is_available():
+            p.error(f"--variant {a.variant}: no CUDA GPU here; the 3.4B run needs one (add --rehearsal for the "
+                    "CPU path with tiny-llama)")
     try:
         if a.variant:
             rec = run_variant(a.variant, Path(a.out), Path(a.work), rehearsal=a.rehearsal,
