@@ -37,6 +37,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` for the usage)\n")
 
 
+def _unknown_flags(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """Exit 2 with argparse's "unrecognized arguments" line from ``parser`` (the command's), each unknown flag
+    followed by the command's closest flags (``difflib.get_close_matches``, cutoff 0.6, underscores read as
+    dashes: ``--zero_stage`` → ``--zero-stage``), so the fix is on the error line."""
+    import difflib
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    parts = []
+    for word in unknown:
+        flag = word.split("=", 1)[0]
+        near = difflib.get_close_matches(flag.replace("_", "-"), known, n=2, cutoff=0.6) if flag.startswith("-") else []
+        parts.append(word + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    parser.error("unrecognized arguments: " + " ".join(parts))
+
+
 def build_parser() -> argparse.ArgumentParser:
     import textwrap
     parser = _Parser(prog="cookbook", description=textwrap.fill(DESCRIPTION, 100), epilog=EPILOG,
@@ -58,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse's error, from the command's own parser, with the nearest flags it knows
+        _unknown_flags(getattr(args, "_parser", None) or parser, unknown)
     args._argv = list(sys.argv[1:] if argv is None else argv)  # which options were typed (they win over a run file)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -398,6 +398,12 @@ def test_a_mistyped_flag_value_gets_a_short_error(capsys):
     assert err.splitlines()[0] == ("cookbook train: error: argument --zero-stage: invalid choice: 4 "
                                    "(choose from 0, 1, 2, 3)")
     assert "usage:" not in err and "cookbook train --help" in err and len(err.splitlines()) == 2
+    # a misspelled flag: the command's own parser answers, with the nearest flag it knows
+    with pytest.raises(SystemExit):
+        cli.main(["estimate", "qwen-14b", "--zero_stage", "3"])
+    err = capsys.readouterr().err
+    assert err.startswith("cookbook estimate: error: unrecognized arguments: --zero_stage (did you mean --zero-stage?)")
+    assert "`cookbook estimate --help`" in err
 
 
 def test_config_disagrees_with_plan():
