@@ -1352,6 +1352,13 @@ def _main(args) -> int:
         plan = plan_from_ds_config(args.config, base=base)
     elif args.model:
         plan = plan_from_args(args, num_gpus=args.world_size)
+    if args.model:  # an unknown model is refused as estimate and train refuse it, before any check runs
+        from .models import ModelNotFoundError, resolve_model_path
+        try:
+            resolve_model_path(args.model)
+        except ModelNotFoundError as exc:
+            print(f"error: --model: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.facts:
             facts = load_facts(args.facts)

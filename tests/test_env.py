@@ -417,3 +417,12 @@ def test_cli_config_without_model_runs_the_checks_that_need_none(tmp_path, capsy
     path.write_text(json.dumps(cfg))
     assert cli_main(["env", "--facts", str(FACTS / "nvme_no_libaio.json"), "--config", str(path)]) == 2
     assert "--config needs --world-size N" in capsys.readouterr().err
+
+
+def test_env_refuses_an_unknown_model_as_estimate_does(capsys):
+    """`cookbook env --model qwen-15b` was "OK with 3 warning(s)", exit 0, the unknown name inside a host_memory
+    warning; estimate and train refuse it (exit 2): env does too, before any check runs."""
+    from cookbook import cli
+    assert cli.main(["env", "--model", "qwen-15b", "--gpus", "8", "--no-allreduce", "--no-nvme-probe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --model: model='qwen-15b': not a shipped name")
