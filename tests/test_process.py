@@ -234,8 +234,16 @@ def _start(run: Path, tmp: Path, name: str, *extra) -> tuple[subprocess.Popen, P
     (run / "logs" / "rank0.log").unlink(missing_ok=True)  # what is waited for below is this run's
     with open(tmp / f"{name}.out", "w") as out, open(err, "w") as e:
         p = subprocess.Popen([sys.executable, "-m", "cookbook.cli", "train", *TRAIN, "--output-dir", str(run), *extra],
-                             stdout=out, stderr=e, env=_env(), start_new_session=True)
+                             stdout=out, stderr=e, env=_env(), start_new_session=True, preexec_fn=_as_in_a_terminal)
     return p, err
+
+
+def _as_in_a_terminal() -> None:
+    """The child starts as a command typed in a terminal does: SIGINT at its default. A test run started in
+    the background (``pytest &``, a non-interactive shell's ``&``) has SIGINT ignored, and an ignored signal is
+    inherited — the cookbook process would then never see the Ctrl-C this test sends (it honours an ignored
+    signal, as ``nohup`` users expect)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _resumed_and_training(run: Path, from_step: int):
