@@ -256,14 +256,17 @@ def main(argv=None) -> int:
                    help="earlier reference records (data/reference/h200_nvme_runs_*.json) whose runs join the 7B "
                         "host extrapolation's points (not this record's runs)")
     a = p.parse_args(argv)
+
+    def read(flag: str, path: Path):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            p.error(f"{flag} {path}: cannot be read as JSON ({exc})")
     calls = []
     if len(set(map(str, a.from_results))) != len(a.from_results):
         p.error(f"--from-results {' '.join(a.from_results)}: a file is given twice (its runs would count twice)")
     for src in map(Path, a.from_results):
-        try:
-            data = json.loads(src.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            p.error(f"--from-results {src}: cannot be read as JSON ({exc})")
+        data = read("--from-results", src)
         if not (isinstance(data, dict) and isinstance(data.get("results"), list)
                 and all(isinstance(r, dict) for r in data["results"])):
             hint = (" — it is a reference record: pass it to --fit-also" if isinstance(data, dict)
@@ -277,24 +280,16 @@ def main(argv=None) -> int:
         calls.append(data)
     extra = []
     for f in map(Path, a.fit_also):
-        try:
-            old = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            p.error(f"--fit-also {f}: cannot be read as JSON ({exc})")
+        old = read("--fit-also", f)
         if not isinstance(old, dict) or not isinstance(old.get("runs"), list):
             p.error(f"--fit-also {f}: not an NVMe runs record (no 'runs' list); pass a file this script wrote")
         extra += [dict(r, source=r.get("source") or str(f)) for r in old["runs"] if isinstance(r, dict)]
     first = Path(a.from_results[0])
     mpath = Path(a.machine) if a.machine else first.with_name("machine.json")
-    machine = None
     if a.machine and not mpath.is_file():
         p.error(f"--machine {mpath}: not found (the device call's machine.json; leave the flag out to read the one "
                 "beside the first results.json)")
-    if mpath.is_file():
-        try:
-            machine = json.loads(mpath.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            p.error(f"--machine {mpath}: cannot be read as JSON ({exc})")
+    machine = read("--machine", mpath) if mpath.is_file() else None
     if a.write and not Path(a.write).parent.is_dir():
         p.error(f"--write {a.write}: the folder {Path(a.write).parent} does not exist; create it or pick another path")
     rec = convert(calls, machine=machine, date=a.date, source=list(a.from_results), fit_also=extra)

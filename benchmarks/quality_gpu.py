@@ -80,7 +80,7 @@ def merge(paths: list[Path], *, k: int = 20) -> dict:
     curves part (:func:`benchmarks.quality_cpu.compare`). Raises ValueError naming a file that is not a
     variant record or a variant given twice."""
     from benchmarks.quality_cpu import compare
-    runs = {}
+    runs, files = {}, {}
     for p in paths:
         try:
             r = json.loads(Path(p).read_text())
@@ -91,15 +91,16 @@ def merge(paths: list[Path], *, k: int = 20) -> dict:
         if r["variant"] in runs:
             raise ValueError(f"--merge {p}: variant {r['variant']} given twice")
         runs[r["variant"]] = r
+        files[r["variant"]] = p
     if k < 1:
         raise ValueError(f"--last {k}: the final mean needs at least 1 step (default 20)")
     if "exact_adam" not in runs:
         raise ValueError(f"--merge: no exact_adam record among {', '.join(runs)} — the gaps are measured against it")
     curves = {}
-    for p, (n, r) in zip(paths, runs.items()):
+    for n, r in runs.items():
         c = [x for x in r["losses"] if isinstance(x, (int, float))]
         if len(c) < k:
-            raise ValueError(f"--merge {p}: {n} has {len(c)} numeric losses, fewer than --last {k} "
+            raise ValueError(f"--merge {files[n]}: {n} has {len(c)} numeric losses, fewer than --last {k} "
                              f"(status {r.get('status')}: {r.get('message')}); lower --last or re-run it")
         curves[n] = c
     tail, gaps = compare(curves, k=k)

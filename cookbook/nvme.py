@@ -1317,7 +1317,7 @@ def check_run(plan, ds_config: Mapping | None, summary: Mapping | None, *, devic
 REFERENCE_COLUMNS = ["file", "date", "kind", "model", "params", "aio", "status", "s/step", "tokens/s", "host peak GiB",
                      "host estimate GiB", "host error %", "estimate basis", "disk GiB", "disk estimate GiB",
                      "achieved/floor", "read GB/s", "write GB/s", "tuned aio", "tuned read GB/s", "tuned write GB/s", "cause", "cause (short)",
-                     "note"]
+                     "call", "note"]
 
 #: Stops seen in the NVMe reference runs, by a fragment of the message: (short cause, what happened and what the
 #: cookbook does about it now). ``{disk_est}``/``{free}``: the run's estimated swap GiB and the record's
@@ -1405,9 +1405,8 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
                 if bw.get("default") or bw.get("best"):
                     row = _bandwidth_row(f.name, "aio tune", bw.get("default"), json.dumps(bw.get("best_aio")),
                                          bw.get("best"), date)
-                    if len(calls) > 1:
-                        runs_of = ", ".join((data["calls"][n].get("runs") or [])) or "no run"
-                        row["note"] = f"call {n + 1} ({runs_of}): " + str(row.get("note") or "")
+                    if len(calls) > 1:  # which device call of the record, and its runs
+                        row["call"] = f"call {n + 1} ({', '.join(data['calls'][n].get('runs') or []) or 'no run'})"
                     rows.append(row)
             for r in data["runs"]:
                 if not isinstance(r, Mapping):
@@ -1432,10 +1431,8 @@ def reference_runs(folder=None, pattern: str = "*nvme*.json"):
                                                        f"host estimate as run: {r['host_estimate_gib']:.2f} GiB "
                                                        f"({r.get('host_error_pct'):+.1f} %), before "
                                                        "memory.NVME_HOST_RUNTIME_GIB (fitted on runs like this one)"
-                                                       if r.get("host_estimate_now_gib") and r.get("host_estimate_gib")
-                                                       and r.get("host_error_pct") is not None
-                                                       and abs(r["host_estimate_now_gib"] - r["host_estimate_gib"]) > 0.01
-                                                       else "")})
+                                                       if _estimate_basis(r) == "re-based, fitted on"
+                                                       and r.get("host_error_pct") is not None else "")})
             for c in data.get("aio_comparison") or []:  # default vs tuned aio, one model, one call
                 if isinstance(c, Mapping) and c.get("speedup"):
                     spread = c.get("spread_pct")
@@ -1538,12 +1535,13 @@ def reference_lines(frame=None) -> list[str]:
     import pandas as pd
     df = reference_runs() if frame is None else frame
     lines = []
+    fits = df[df["kind"] == "7B host extrapolation"]
+    newest = fits.iloc[-1]["file"] if len(fits) else None  # files sort by date
     for _, r in df.iterrows():
         if r["kind"] in ("disk probe", "aio tune"):
             what = "disk probe, benchmarks/nvme_bench.py" if r["kind"] == "disk probe" else "cookbook nvme-tune"
-            note = r.get("note")
-            if isinstance(note, str) and note.startswith("call "):  # a record of several device calls
-                what += " in " + note.split("): ")[0] + ")"
+            if isinstance(r.get("call"), str):  # a record of several device calls
+                what += f" in {r['call']}"
             rd, wr, trd, twr = (r.get(c) for c in ("read GB/s", "write GB/s", "tuned read GB/s", "tuned write GB/s"))
             have = lambda *v: all(isinstance(x, (int, float)) and not pd.isna(x) for x in v)  # noqa: E731
             line = f"{r['file']} — {what}: DeepSpeed's default aio " + (
@@ -1556,7 +1554,6 @@ def reference_lines(frame=None) -> list[str]:
         elif r["kind"] == "default vs tuned" and r.get("note"):
             lines.append(f"{r['file']} — default vs tuned aio in training: {r['note']}")
         elif r["kind"] == "7B host extrapolation" and r.get("note"):
-            newest = df[df["kind"] == "7B host extrapolation"].iloc[-1]["file"]  # files sort by date
             lines.append(f"{r['file']} — LLaMA-7B's host RAM extrapolated from the measured runs: {r['note']}"
                          + ("" if r["file"] == newest else f" (superseded by {newest})"))
     return lines
