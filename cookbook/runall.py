@@ -540,7 +540,11 @@ def run_all(output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR, *, only: list[st
     from_cli = parameters_for(notebooks, list(parameters or []))
     per_notebook = {nb.stem: {**from_file.get(nb.stem, {}), **from_cli[nb.stem]} for nb in notebooks}
     declares_expected = {nb.stem: _expected_default(nb) for nb in notebooks}
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunAllError(f"--output-dir={out}: cannot be created ({exc.strerror}); give a folder you can write "
+                          "to") from None
     _kernel_env()
     if not progress:
         _quiet_kernel_logs()

@@ -744,3 +744,13 @@ def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path
         / _floor(N_LLAMA7B, 2, 8, 1024, r4090)
     assert "the recipe 2 × 8 × 1024: the same 16 rows" in note
     assert f"at the recipe's shape the same fraction of the RTX 4090 floor gives ~{at_recipe:,.0f} tokens/s" in note
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):
+    """`cookbook run-all --output-dir /proc/x` ended in a FileNotFoundError traceback; a file in the way of the
+    folder (…/file/x) in NotADirectoryError. Both: exit 2, one line naming the flag."""
+    (tmp_path / "file").write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(tmp_path / "file" / "x")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--output-dir={tmp_path / 'file' / 'x'}: cannot be created (Not a directory)" in proc.stderr
