@@ -75,10 +75,13 @@ def run_variant(name: str, out: Path, work: Path, *, rehearsal: bool = False, ha
     return rec
 
 
-def merge(paths: list[Path], *, k: int = 20) -> dict:
+def merge(paths: list[Path], *, k: int = 20, machine: Path | None = None,
+          commands: list[str] | None = None) -> dict:
     """The variants' records side by side: curves, last-k means, gaps against ``exact_adam`` and where the
-    curves part (:func:`benchmarks.quality_cpu.compare`). Raises ValueError naming a file that is not a
-    variant record or a variant given twice."""
+    curves part (:func:`benchmarks.quality_cpu.compare`). ``machine``: the device call's ``machine.json``
+    (benchmarks/device/setup.sh), kept as the record's machine and versions; ``commands``: ``VARIANT=COMMAND``,
+    the device command each record came from. Raises ValueError naming a file that is not a variant record, a
+    variant given twice, or a malformed ``--command``."""
     from benchmarks.quality_cpu import compare
     runs, files = {}, {}
     for p in paths:
@@ -104,7 +107,20 @@ def merge(paths: list[Path], *, k: int = 20) -> dict:
                              f"(status {r.get('status')}: {r.get('message')}); lower --last or re-run it")
         curves[n] = c
     tail, gaps = compare(curves, k=k)
-    return {"kind": "quality_curves",
+    cmds = {}
+    for c in commands or []:
+        name, sep, cmd = c.partition("=")
+        if not sep or name not in runs or not cmd.strip():
+            raise ValueError(f"--command {c!r}: write VARIANT=COMMAND with VARIANT one of {', '.join(runs)}")
+        cmds[name] = cmd.strip()
+    mach = None
+    if machine is not None:
+        try:
+            mach = json.loads(Path(machine).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--machine {machine}: cannot be read as JSON ({exc})") from None
+    return {"kind": "quality_curves", "machine": mach, "device_commands": cmds,
+            "files": {n: str(f) for n, f in files.items()},
             "what": "issue 19 item 4 on the GPU: the 3.4B recipe's loss per optimizer step, exact Adam (fp32 states) "
                     "vs bf16 states (vs Liger), same init, rows, order, lr and schedule (benchmarks/quality_gpu.py)",
             "curves": curves, f"last{k}_mean_loss": tail, "gaps_vs_exact_adam": gaps,
@@ -122,6 +138,9 @@ def main(argv=None) -> int:
     p.add_argument("--merge", nargs="+", default=None, help="variant records to put side by side")
     p.add_argument("--figure", default=None, help="--merge: a PNG of the curves")
     p.add_argument("--last", type=int, default=20, help="--merge: steps in the final mean (default 20)")
+    p.add_argument("--machine", default=None, help="--merge: the device call's machine.json (versions)")
+    p.add_argument("--command", action="append", default=None, metavar="VARIANT=COMMAND",
+                   help="--merge: the device command a variant's record came from (repeatable)")
     a = p.parse_args(argv)
     if bool(a.variant) == bool(a.merge):
         p.error("give --variant NAME (one run) or --merge FILE... (side by side), one of the two")
@@ -143,7 +162,8 @@ def main(argv=None) -> int:
                               hang_timeout_s=a.hang_timeout_s)
             print(f"{a.variant}: {rec['status']} — {rec['message']}")
             return 0 if rec["status"] in ("ok", "ok_partial") else 1
-        rec = merge([Path(x) for x in a.merge], k=a.last)
+        rec = merge([Path(x) for x in a.merge], k=a.last, machine=a.machine and Path(a.machine),
+                    commands=a.command)
     except ValueError as exc:
         p.error(str(exc))
     Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
