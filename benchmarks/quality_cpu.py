@@ -115,7 +115,8 @@ def plot(curves: dict[str, list[float]], figure: Path, title: str) -> None:
         ax.plot(range(1, len(c) + 1), c, label=n.replace("_", " "), lw=1)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss")
-    ax.set_title(title)
+    import textwrap
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
     ax.legend()
     fig.tight_layout()
     figure.parent.mkdir(parents=True, exist_ok=True)

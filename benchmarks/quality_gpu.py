@@ -119,13 +119,41 @@ def merge(paths: list[Path], *, k: int = 20, machine: Path | None = None,
             mach = json.loads(Path(machine).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"--machine {machine}: cannot be read as JSON ({exc})") from None
-    return {"kind": "quality_curves", "machine": mach, "device_commands": cmds,
+    return {"kind": "quality_curves", "machine": mach, "device_commands": cmds, "speed": _speed(runs),
             "files": {n: str(f) for n, f in files.items()},
             "what": "issue 19 item 4 on the GPU: the 3.4B recipe's loss per optimizer step, exact Adam (fp32 states) "
                     "vs bf16 states (vs Liger), same init, rows, order, lr and schedule (benchmarks/quality_gpu.py)",
             "curves": curves, f"last{k}_mean_loss": tail, "gaps_vs_exact_adam": gaps,
             "runs": {n: {k2: v for k2, v in r.items() if k2 != "losses"} for n, r in runs.items()},
             "bar": "issue 19: a loss gap at step 150 of <= 2 % against exact Adam"}
+
+
+def _speed(runs: dict) -> dict:
+    """Per variant: median s/step after the first step, tokens/s, the floor and the RTX 4090 projection, by the
+    model of docs/benchmarks.md section 5 (:func:`benchmarks.report.floor`) with 2026-12-01 call 1's ceilings
+    (:func:`benchmarks.levers_report.call1_ceilings`; none were measured in the quality calls). Rehearsal records
+    and records without step times get none."""
+    import statistics
+    from benchmarks.levers_report import N_3B, RAW, call1_ceilings
+    from benchmarks.report import RTX4090, floor
+    ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
+    c4090 = {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
+             "d2h_gb_s": RTX4090["d2h_gb_s"], "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]}
+    out = {}
+    for n, r in runs.items():
+        st = [x for x in (r.get("step_times_s") or [])[1:] if isinstance(x, (int, float))]
+        if r.get("rehearsal") or not st or not r.get("plan"):
+            continue
+        step = statistics.median(st)
+        rec = {"num_params": N_3B, "plan": r["plan"]}
+        f = floor(rec, ceil)
+        achieved = f["floor_serial_s"] / step
+        f4 = floor(rec, c4090)
+        out[n] = {"step_time_s_median": step, "tokens_per_s": f["tokens_per_step"] / step, "floor": f,
+                  "achieved_over_floor_serial": achieved,
+                  "projection_rtx4090_tokens_per_s": f["tokens_per_step"] / (f4["floor_serial_s"] / achieved),
+                  "projection_assumes": "same achieved/floor as measured on the H200 (docs/benchmarks.md section 5)"}
+    return out
 
 
 def main(argv=None) -> int:
@@ -169,8 +197,8 @@ def main(argv=None) -> int:
     Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
     if a.figure:
         from benchmarks.quality_cpu import plot
-        plot(rec["curves"], Path(a.figure), "3.4B LLaMA shape, 1 H200 capped at 24 GiB, ZeRO-2 + optimizer offload, "
-                                            "packed chats")
+        plot(rec["curves"], Path(a.figure), "3.4B LLaMA shape, random init, 1 H200 capped at 24 GiB, ZeRO-2 + optimizer offload, "
+                                            "packed chats, lr 2e-5")
     print(json.dumps({k: v for k, v in rec.items() if k not in ("curves", "runs")}, indent=1))
     return 0
 

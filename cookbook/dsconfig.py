@@ -1345,7 +1345,8 @@ def register(subparsers) -> None:
                    help="linear (WarmupDecayLR), cosine (WarmupCosineLR) or constant (WarmupLR); "
                         "default: linear with --total-steps, else constant")
     p.add_argument("--bf16-states", action="store_true",
-                   help="bf16 master weights and optimizer states (DeepSpeed >= 0.18)")
+                   help="bf16 master weights and optimizer states (DeepSpeed >= 0.18; halves host RAM, small updates "
+                        "rounded away: docs/benchmarks.md section 13)")
     p.add_argument("--aio-config", default=None, metavar="FILE",
                    help="tuned NVMe settings from `cookbook nvme-tune PATH -o FILE` (zero3-nvme)")
     p.set_defaults(func=_run)

@@ -122,7 +122,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="bf16 / fp16 / fp32 (default: bf16 on Ampere+ GPUs, fp16 on older GPUs, fp32 on CPU)")
     p.add_argument("--bf16-states", action="store_true",
-                   help="keep master weights, gradients and Adam moments in bf16 (halves host RAM under offload)")
+                   help="keep master weights, gradients and Adam moments in bf16 (halves host RAM under offload; updates "
+                        "below ~0.4%% of a weight are rounded away: docs/benchmarks.md section 13)")
     gc = p.add_mutually_exclusive_group()
     gc.add_argument("--gradient-checkpointing", dest="gradient_checkpointing", action="store_true", default=None,
                     help="recompute activations in backward (less memory, ~1/3 more compute); default on, except "
