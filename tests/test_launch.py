@@ -460,6 +460,28 @@ def test_python_caller_plan_is_not_called_a_rehearsal_default(tmp_path, capsys):
     assert "[plan] note" not in capsys.readouterr().out
 
 
+def test_bf16_states_on_a_real_model_prints_the_measured_cost(tmp_path, capsys):
+    """--bf16-states on a real-size model: the console says what bf16 master weights cost, with the measured
+    numbers of data/reference/h200_quality_2026-12-02.json (its last-20 means, read here from that file); without
+    it, or on a rehearsal model (where nothing is a fine-tune), no such note."""
+    from cookbook.memory import BF16_STATES_COST
+    ref = json.loads((Path(__file__).resolve().parent.parent / "data" / "reference" /
+                      "h200_quality_2026-12-02.json").read_text())["last20_mean_loss"]
+    assert f"loss {ref['bf16_states']:.2f} vs {ref['exact_adam']:.2f}" in BF16_STATES_COST
+    assert f"+{100 * (ref['bf16_states'] / ref['exact_adam'] - 1):.0f}%" in BF16_STATES_COST
+    p7 = Plan(model="llama-7b", num_gpus=1, seq_len=512, micro_batch=1, grad_accum=4, zero_stage=3,
+              offload_optimizer="cpu", offload_param="cpu", precision="bf16")
+    for kw, run, expect in ((dict(bf16_states=True), "a", True), (dict(bf16_states=False), "b", False)):
+        res = launch(p7, tmp_path / run, dry_run=True, random_weights=True, lr=1e-5, max_steps=2, force=True, **kw)
+        assert res.status == "dry_run", res.message
+        out = capsys.readouterr().out
+        assert ("[precision] note: --bf16-states: " + BF16_STATES_COST in out) is expect, out[-2000:]
+    res = launch(plan(precision="bf16", zero_stage=2, offload_optimizer="cpu"), tmp_path / "c", dry_run=True,
+                 bf16_states=True, progress=False)
+    assert res.status == "dry_run", res.message
+    assert "--bf16-states: bf16 master weights" not in capsys.readouterr().out
+
+
 def test_more_ranks_than_gpus_is_refused_before_launch(tmp_path, monkeypatch):
     """On a 1-GPU box, 2 ranks would die in torch.cuda.set_device ("invalid device ordinal", seen on the H200
     on 2026-12-01): launch refuses first, naming --num-processes, the GPUs here and the fix. The GPU count is

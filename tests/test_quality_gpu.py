@@ -31,3 +31,40 @@ def test_merge_gaps_by_hand_and_refusals(tmp_path):
     (tmp_path / "x.json").write_text("[1]")
     with pytest.raises(ValueError, match="not a record"):
         qg.merge([tmp_path / "x.json"], k=2)
+
+
+def test_merge_keeps_machine_commands_and_speed_and_refuses_a_bad_command(tmp_path):
+    """--machine and --command travel into the record; a variant with a plan and step times gets its speed:
+    median s/step after the first (2.0, 3.0, 4.0, 2.5 -> 2.75 s), tokens/s = 8 x 1024 / 2.75."""
+    exact = [10.0 - i for i in range(10)]
+    p = tmp_path / "exact_adam.json"
+    plan = {"model": "llama-3b", "num_gpus": 1, "seq_len": 1024, "micro_batch": 8, "grad_accum": 1,
+            "precision": "bf16", "zero_stage": 2, "offload_optimizer": "cpu", "offload_param": "none",
+            "gradient_checkpointing": True}
+    p.write_text(json.dumps({"variant": "exact_adam", "losses": exact, "status": "ok", "plan": plan,
+                             "step_times_s": [9.0, 2.0, 3.0, 4.0, 2.5]}))
+    m = tmp_path / "machine.json"
+    m.write_text(json.dumps({"gpu": "X", "deepspeed": "0.19.8"}))
+    rec = qg.merge([p], k=2, machine=m, commands=["exact_adam=bash call.sh exact_adam 575"])
+    assert rec["machine"] == {"gpu": "X", "deepspeed": "0.19.8"}
+    assert rec["device_commands"] == {"exact_adam": "bash call.sh exact_adam 575"}
+    sp = rec["speed"]["exact_adam"]
+    assert sp["step_time_s_median"] == 2.75 and sp["tokens_per_s"] == pytest.approx(8192 / 2.75)
+    with pytest.raises(ValueError, match="VARIANT=COMMAND"):
+        qg.merge([p], k=2, commands=["bf16_states=x"])
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="--machine"):
+        qg.merge([p], k=2, machine=tmp_path / "bad.json")
+
+
+def test_the_committed_gpu_quality_record_matches_its_raw_files():
+    """data/reference/h200_quality_2026-12-02.json is what --merge makes of its raw records: the last-20 means
+    recomputed here from the raw per-step losses."""
+    import statistics
+    root = qg.ROOT / "data" / "reference"
+    ref = json.loads((root / "h200_quality_2026-12-02.json").read_text())
+    for name, f in ref["files"].items():
+        raw = json.loads((qg.ROOT / f).read_text())
+        assert len(raw["losses"]) == 150 and raw["status"] == "ok"
+        assert ref["last20_mean_loss"][name] == pytest.approx(statistics.fmean(raw["losses"][-20:]))
+    assert ref["gaps_vs_exact_adam"]["bf16_states"]["last20_relative_gap"] > 0.02   # the bar, missed
