@@ -4,6 +4,8 @@ the benchmarks) and environment facts of RTX 4090 and H200 boxes (``tests/fixtur
 * :func:`reference_results` / :func:`reference_frame` / :func:`reference_notes` — the GPU measurements,
   labelled with the hardware each came from; an empty result when there are none.
 * :func:`beside_reference` — a notebook's own runs and the GPU measurements for the same step in one table.
+* :func:`quality_frame` — what the optimizer's arithmetic costs in loss (exact Adam vs bf16 states), measured
+  on a GPU over 150 steps (``benchmarks/quality_gpu.py``).
 * :func:`check_recorded` — the environment rules (:func:`cookbook.env.check`) run on recorded facts.
 
 Units: GiB = 2**30 bytes; tokens/s over the whole world (all ranks).
@@ -332,6 +334,50 @@ def reference_frame(notebook: str | None = None, directory: str | os.PathLike | 
     return tidy_frame(pd.DataFrame(rows), rehearsal=False)
 
 
+def quality_record(directory: str | os.PathLike | None = None) -> dict | None:
+    """The newest GPU loss-curve record in the reference folder (a file whose ``kind`` is ``quality_curves``,
+    written by ``python -m benchmarks.quality_gpu --merge``; the last by file name), with ``_file``; None when
+    there is none."""
+    found = None
+    for name, data, error in reference_files(directory or REFERENCE_DIR):
+        if not error and isinstance(data, Mapping) and data.get("kind") == "quality_curves":
+            found = dict(data, _file=name)
+    return found
+
+
+def quality_frame(directory: str | os.PathLike | None = None):
+    """:func:`quality_record` as a table, one row per optimizer variant: the last-20 mean loss, its gap to exact
+    Adam (absolute and in %), the first optimizer step whose 10-step window of losses is more than 2 % apart from
+    exact Adam's (:func:`benchmarks.quality_cpu.compare`), tokens/s, host peak GiB, the projected RTX 4090
+    tokens/s (docs/benchmarks.md section 5's model) and the file. An empty DataFrame when no record exists."""
+    import pandas as pd
+    rec = quality_record(directory)
+    if rec is None:
+        return pd.DataFrame()
+    k = next((key for key in rec if re.fullmatch(r"last\d+_mean_loss", key)), None)
+    n = k[4:-10] if k else "20"
+    rows = []
+    for name, run in (rec.get("runs") or {}).items():
+        gap = (rec.get("gaps_vs_exact_adam") or {}).get(name) or {}
+        speed = (rec.get("speed") or {}).get(name) or {}
+        gpu = str((rec.get("machine") or {}).get("gpu") or "").split(",")[0] or None
+        cap = (run.get("plan") or {}).get("gpu_memory_gib")
+        tps, proj = speed.get("tokens_per_s") or run.get("tokens_per_s"), speed.get("projection_rtx4090_tokens_per_s")
+        rows.append({"variant": name.replace("_", " "),
+                     "hardware": f"{gpu} capped at {cap:g} GiB" if gpu and cap else gpu,
+                     "steps": len([x for x in (rec.get("curves") or {}).get(name, []) if x is not None]),
+                     "lr": f"{run['lr']:g}" if isinstance(run.get("lr"), (int, float)) else None,
+                     f"last-{n} mean loss": rounded((rec.get(k) or {}).get(name), 3),
+                     "gap vs exact Adam": rounded(gap.get(f"last{n}_mean_minus_exact"), 3),
+                     "gap %": rounded(100 * gap[f"last{n}_relative_gap"], 1) if f"last{n}_relative_gap" in gap else None,
+                     "10-step means > 2 % apart from step": (str(gap["first_step_10step_means_differ_by_2pct"])
+                                                             if gap.get("first_step_10step_means_differ_by_2pct") else None),
+                     "tokens/s": f"{tps:,.0f}" if tps else None,
+                     "peak host GiB": rounded(run.get("host_peak_gib"), 1),
+                     "RTX 4090 projection tokens/s": f"{proj:,.0f}" if proj else None, "file": rec["_file"]})
+    return tidy_frame(pd.DataFrame(rows), rehearsal=False)
+
+
 def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os.PathLike | None = None):
     """This notebook's runs and the GPU measurements for the same notebook in one table, each row
     labelled with the hardware it came from (columns: hardware, run, status, world size, loss first,
@@ -426,5 +472,5 @@ def check_recorded(plan, files: Mapping[str, str]):
     return pd.DataFrame(rows), records
 
 
-__all__ = ["reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded", "host_memory_why",
+__all__ = ["quality_frame", "quality_record", "reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded", "host_memory_why",
            "reference_frame", "reference_notes", "reference_results"]

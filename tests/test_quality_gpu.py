@@ -68,3 +68,18 @@ def test_the_committed_gpu_quality_record_matches_its_raw_files():
         assert len(raw["losses"]) == 150 and raw["status"] == "ok"
         assert ref["last20_mean_loss"][name] == pytest.approx(statistics.fmean(raw["losses"][-20:]))
     assert ref["gaps_vs_exact_adam"]["bf16_states"]["last20_relative_gap"] > 0.02   # the bar, missed
+
+
+def test_quality_frame_shows_the_shipped_gpu_record_and_is_empty_without_one(tmp_path):
+    """Notebook 06's table: one row per variant of the newest quality_curves file; the gap % recomputed from the
+    raw per-step losses; a folder without such a record (another kind of file in it) gives an empty table."""
+    import statistics
+    from cookbook.reference import quality_frame
+    df = quality_frame()
+    assert list(df["variant"]) == ["exact adam", "bf16 states"]
+    ref = json.loads((qg.ROOT / "data" / "reference" / "h200_quality_2026-12-02.json").read_text())
+    mean = {n: statistics.fmean(json.loads((qg.ROOT / f).read_text())["losses"][-20:]) for n, f in ref["files"].items()}
+    assert float(df.loc[1, "gap %"]) == pytest.approx(100 * (mean["bf16_states"] / mean["exact_adam"] - 1), abs=0.05)
+    assert df.loc[0, "hardware"] == "NVIDIA H200 capped at 24 GiB" and df.loc[0, "lr"] == "2e-05"
+    (tmp_path / "runs.json").write_text(json.dumps({"kind": "levers", "runs": []}))
+    assert quality_frame(tmp_path).empty
