@@ -260,6 +260,21 @@ def _liger_check(path: Path) -> dict:
     return out
 
 
+def _header(machine_file: str, what: str, commands: dict) -> dict:
+    """The keys every 2026-12-02 levers record starts with: kind, what, date, machine and versions (from the
+    device call's ``machine.json`` in data/reference/raw), commands."""
+    machine = json.loads((RAW / machine_file).read_text())
+    return {"kind": "levers", "what": what, "date": "2026-12-02", "machine": {"kind": "nvidia-h200", **machine},
+            "versions": {k: machine.get(k) for k in ("python", "torch", "cuda", "transformers", "accelerate",
+                                                     "deepspeed")} | {"liger_kernel": "0.8.5", "datasets": "5.2.0"},
+            "commands": commands}
+
+
+#: The 3.4B model and the long records every 2026-12-02 levers run trained.
+SETUP_MODEL_DATA = {"model": "benchmarks/models/llama-3b (3,426,473,600 parameters, random weights)",
+                    "data": "benchmarks.gpu_bench.make_long_dataset: 128 records of > 1024 tokens each (seed 0)"}
+
+
 def build_baselines() -> dict:
     """Issue 19 item 3 on 2026-12-02 (calls 3 and 5 of that session, one warm H200): the HF Trainer with the LLaMA
     article's config and with the recipe's, beside the cookbook's loop (the reference file's ``findings`` say which
@@ -270,22 +285,15 @@ def build_baselines() -> dict:
     rows = [_row(r, "call3", ceil) for r in c3["runs"] if r["status"] == "ok"]
     rows += [dict(_row(r, "call5", ceil), name="recipe-packed") for r in c5["runs"] if r["name"] == "recipe"]
     by = {r["name"]: r for r in rows}
-    machine = json.loads((RAW / "h200_levers_session3_call3_machine.json").read_text())
     ta, tr, rp = (by[k]["tokens_per_s"] for k in ("trainer-article", "trainer-recipe", "recipe-packed"))
     old = {r["name"]: r for r in json.loads(OUT.read_text())["runs"]}
     recipe_full_rows = old["recipe"]["tokens_per_s"]   # 2026-12-01 call 1: the cookbook loop, one example per row
     return {
-        "kind": "levers",
-        "what": "issue 19 item 3: the HF Trainer (benchmarks/trainer_baseline.py) with the LLaMA article's DeepSpeed "
-                "config and with the cookbook recipe's, beside the cookbook's own loop; 3.4B LLaMA shape, one H200 "
-                "capped at 24 GiB, 16 x 1024 tokens per step, bf16, gradient checkpointing",
-        "date": "2026-12-02",
-        "machine": {"kind": "nvidia-h200", **machine},
-        "versions": {k: machine.get(k) for k in ("python", "torch", "cuda", "transformers", "accelerate", "deepspeed")}
-                    | {"liger_kernel": "0.8.5", "datasets": "5.2.0"},
-        "commands": BASELINE_COMMANDS,
-        "setup": {"model": "benchmarks/models/llama-3b (3,426,473,600 parameters, random weights)",
-                  "data": "benchmarks.gpu_bench.make_long_dataset: 128 records of > 1024 tokens each (seed 0)",
+        **_header("h200_levers_session3_call3_machine.json",
+                  "issue 19 item 3: the HF Trainer (benchmarks/trainer_baseline.py) with the LLaMA article's DeepSpeed "
+                  "config and with the cookbook recipe's, beside the cookbook's own loop; 3.4B LLaMA shape, one H200 "
+                  "capped at 24 GiB, 16 x 1024 tokens per step, bf16, gradient checkpointing", BASELINE_COMMANDS),
+        "setup": {**SETUP_MODEL_DATA,
                   "rows": {"trainer-*": "one example per row, cut to exactly 1024 tokens (the Trainer's tokenize)",
                            "recipe-packed": "the cookbook's default: every example split into pieces of <= 1024 "
                                             "tokens, the pieces packed into 202 rows of 1024 (packing efficiency "
@@ -352,23 +360,17 @@ def build_same_call() -> dict:
     ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
     rows = [_row(r, "call3", ceil) for r in raw["runs"]]
     by = {r["name"]: r for r in rows if r["status"] == "ok"}
-    machine = json.loads((RAW / "h200_levers_session4_call3_machine.json").read_text())
     loop, tr, ta = (by[k]["tokens_per_s"] for k in ("recipe", "trainer-recipe", "trainer-article"))
     liger = next(r for r in rows if r["name"] == "liger")
     liger_before = next(r for r in json.loads(OUT.read_text())["runs"] if r["name"] == "liger")
     return {
-        "kind": "levers",
-        "what": "issue 19 item 3 in one device call: the cookbook's loop and the HF Trainer (benchmarks/"
-                "trainer_baseline.py) on the same rows and the recipe's DeepSpeed config, the Trainer with the LLaMA "
-                "article's config, and Liger; 3.4B LLaMA shape, one H200 capped at 24 GiB, 16 x 1024 tokens per "
-                "step, bf16, gradient checkpointing, bf16 states (the recipe's config as measured since 2026-12-01)",
-        "date": "2026-12-02",
-        "machine": {"kind": "nvidia-h200", **machine},
-        "versions": {k: machine.get(k) for k in ("python", "torch", "cuda", "transformers", "accelerate", "deepspeed")}
-                    | {"liger_kernel": "0.8.5", "datasets": "5.2.0"},
-        "commands": {"call3": SAME_CALL_COMMAND},
-        "setup": {"model": "benchmarks/models/llama-3b (3,426,473,600 parameters, random weights)",
-                  "data": "benchmarks.gpu_bench.make_long_dataset: 128 records of > 1024 tokens each (seed 0)",
+        **_header("h200_levers_session4_call3_machine.json",
+                  "issue 19 item 3 in one device call: the cookbook's loop and the HF Trainer (benchmarks/"
+                  "trainer_baseline.py) on the same rows and the recipe's DeepSpeed config, the Trainer with the LLaMA "
+                  "article's config, and Liger; 3.4B LLaMA shape, one H200 capped at 24 GiB, 16 x 1024 tokens per "
+                  "step, bf16, gradient checkpointing, bf16 states (the recipe's config as measured since 2026-12-01)",
+                  {"call3": SAME_CALL_COMMAND}),
+        "setup": {**SETUP_MODEL_DATA,
                   "rows": "every run: one example per row, cut to exactly 1024 tokens (the cookbook with "
                           "packing=False, the Trainer's tokenize)",
                   "tokens_per_s": "median over the steps after the first"},
@@ -404,18 +406,13 @@ def main(argv=None) -> int:
     if "--same-call" in argv:
         ref = build_same_call()
         OUT_SAME_CALL.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-        print(table(ref))
-        print(json.dumps({"same call": ref["ratios_same_call"], "across calls": ref["ratios_across_calls"]}, indent=1))
-        return 0
-    if "--baselines" in argv:
+    elif "--baselines" in argv:
         ref = build_baselines()
         OUT_BASELINES.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-        print(table(ref))
-        print(json.dumps({"same call": ref["ratios_same_call"], "across calls": ref["ratios_across_calls"]}, indent=1))
-        return 0
-    ref, nvme = build()
-    OUT.write_text(json.dumps(ref, indent=1, default=str))
-    OUT_NVME.write_text(json.dumps(nvme, indent=1, default=str))
+    else:
+        ref, nvme = build()
+        OUT.write_text(json.dumps(ref, indent=1, default=str))
+        OUT_NVME.write_text(json.dumps(nvme, indent=1, default=str))
     print(table(ref))
     print(json.dumps({"same call": ref["ratios_same_call"], "across calls": ref["ratios_across_calls"]}, indent=1))
     return 0
