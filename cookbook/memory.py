@@ -148,6 +148,16 @@ def host_runtime_gib(*, cuda: bool, nvme: bool) -> float:
     offload (the estimate's ``host_gib["runtime"]`` per rank)."""
     return RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0) + (NVME_HOST_RUNTIME_GIB if cuda and nvme else 0.0)
 
+def zenflow_overlap_step(ds_config: Mapping | None) -> bool:
+    """True when ``ds_config`` asks for ZenFlow's overlapped optimizer step
+    (``zero_optimization.zenflow.overlap_step: true``; DeepSpeed's ``ZenFlowConfig`` defaults it to false,
+    ``runtime/zenflow/zenflow_config.py``), which runs the CPU Adam in a separate process with its own
+    buffers (:func:`estimate`'s ``host_gib["zenflow"]``)."""
+    zero = (ds_config or {}).get("zero_optimization") if isinstance(ds_config, Mapping) else None
+    zf = zero.get("zenflow") if isinstance(zero, Mapping) else None
+    return isinstance(zf, Mapping) and zf.get("overlap_step") is True
+
+
 def _fragmentation_key(stage: int, offload_param: str) -> str:
     """Key of :data:`FRAGMENTATION` for a ZeRO stage and parameter-offload target."""
     if stage < 3:
@@ -182,6 +192,7 @@ HOST_COMPONENTS = {
     "pinned_rounding": "pinned buffers rounded up to powers of two",
     "nvme_buffers": "NVMe offload: swap buffers, staging, flat buffers (DeepSpeed)",
     "nvme_transient": "NVMe offload: first step's unpinned Adam m, v of one sub-group",
+    "zenflow": "ZenFlow overlap_step: 2nd gradient buffer, stale weights, optimizer process's double Adam m, v",
     "model_load": "model load beyond training (16-bit copy per rank)",
     "ranks_on_cpu": "rank tensors (CPU rehearsal)",
     "runtime": "runtime per rank (Python, torch, DeepSpeed)",
@@ -625,6 +636,15 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
       buffer ``grad_partitions_flat_buffer`` (gradient accumulation dtype = the model's);
       with parameter offload also the pinned flat 16-bit parameter buffer and the per-parameter pinned
       partitions made by ``zero.Init`` (freed into the pinned cache after defragmentation).
+    * ZenFlow with ``overlap_step`` (``zero_optimization.zenflow.overlap_step: true`` in ``ds_config``, DeepSpeed
+      0.19.8 ``runtime/zenflow/zenflow_utils.py`` ``start_optimizer_process`` / ``zenflow_optimizer_process`` and
+      ``zenflow_stage_1_and_2.py`` ``ZenFlowZeroOptimizerParallel.initialize_optimizer_states``; ZeRO-3:
+      ``engine_stage3.py``): a second fp32 gradient buffer ``f·P`` (``overlap_grad`` is ``[buffer, buffer.clone()]``),
+      a stale copy of the master weights ``m·P`` (``stale_param``), and the optimizer process's double-buffered Adam
+      m, v (``exp_avg0/1``, ``exp_avg_sq0/1``: ``a·P`` more than DeepSpeedCPUAdam's), plus that process's runtime
+      (:data:`RUNTIME_BASELINE_GIB`; it runs with the accelerator disabled): 16 more bytes per parameter with fp32
+      states. Without ``overlap_step`` ZenFlow steps in-process on the usual offloaded states (no host term). The
+      selective optimizer's GPU states of the top-k columns are not counted.
     * model load (ZeRO-0/1/2 with a checkpoint): ``p·N`` per rank, the weights read on the CPU in the
       training dtype before DeepSpeed moves them. Under ``zero.Init`` (ZeRO-3) weights are built
       partitioned, so no full copy exists; DeepSpeed's estimator counts a 4-byte copy and a 1.5
@@ -769,9 +789,12 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         nvme = nvme_est.disk_bytes
         host["nvme_buffers"] = nvme_est.host_bytes
         host["nvme_transient"] = nvme_est.transient_per_rank * r
+    if opt_off == "cpu" and zenflow_overlap_step(ds_config):
+        host["zenflow"] = (gw + mw + B["adam"]) * P * r + RUNTIME_BASELINE_GIB * GIB * r
     host["pinned_staging"] = staging * r
     host["pinned_rounding"] = (pinned_real - pinned_exact) * r
-    training_host = (states + staging) * r + host["pinned_rounding"] + host["nvme_buffers"] + host["nvme_transient"]
+    training_host = ((states + staging) * r + host["pinned_rounding"] + host["nvme_buffers"] + host["nvme_transient"]
+                     + host.get("zenflow", 0.0))
     if device == "cpu":
         host["ranks_on_cpu"] = tensors * r
         training_host += tensors * r

@@ -541,8 +541,24 @@ def host_rss_gib() -> float:
 
 
 def host_peak_rss_gib() -> float:
-    """Peak resident set size of this process (``getrusage`` ru_maxrss, KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+    """Peak resident set size of this process (``getrusage`` ru_maxrss, KiB on Linux), GiB, plus the memory that
+    only its live child processes hold now (psutil's USS: pages not shared with another process) — ZenFlow's
+    overlapped optimizer step runs in such a child (DeepSpeed ``runtime/zenflow/zenflow_utils.py``,
+    ``start_optimizer_process``) and holds Adam m, v there; the tensors it shares with the rank are counted once,
+    in the rank's RSS."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    import psutil
+    children = 0
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        kids = []
+    for child in kids:
+        try:
+            children += child.memory_full_info().uss
+        except psutil.Error:   # gone, or not ours to read: nothing to count
+            pass
+    return (own + children) / GIB
 
 
 def proc_io_bytes() -> list[int] | None:

@@ -99,6 +99,26 @@ def test_zero2_offload_host_by_hand():
     assert e.gpu_allocated_gib * GIB >= 4 * N and e.fits_gpu is False
 
 
+def test_zenflow_overlap_step_host_term_by_hand():
+    """ZenFlow's overlapped step (DeepSpeed 0.19.8 runtime/zenflow/zenflow_utils.py, zenflow_stage_1_and_2.py):
+    per parameter a 2nd fp32 gradient buffer (4 B), a stale fp32 master copy (4 B) and the optimizer process's
+    second Adam m, v (8 B), plus that process's runtime: LLaMA-7B on one rank, ZeRO-2 + optimizer offload,
+    16 N bytes + 0.55 GiB more than the same config without ZenFlow; without overlap_step nothing more. The run it
+    explains: the 3.4B recipe with fp32 states and overlap_step was killed by the OOM killer on a 125.8 GiB host
+    (data/reference/h200_levers_2026-12-01.json, zenflow-fp32)."""
+    N = 6_738_415_616
+    plan = Plan(model="llama-7b", num_gpus=1, zero_stage=2, offload_optimizer="cpu", grad_accum=1)
+    zf = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                "zenflow": {"topk_ratio": 0.1, "update_interval": 4, "overlap_step": True}}}
+    base = estimate(plan, ds_config={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    with_zf = estimate(plan, ds_config=zf)
+    assert (with_zf.host_gib["total"] - base.host_gib["total"]) * GIB == pytest.approx(
+        16 * N + memory.RUNTIME_BASELINE_GIB * GIB)
+    zf["zero_optimization"]["zenflow"]["overlap_step"] = False
+    assert estimate(plan, ds_config=zf).host_gib["total"] == pytest.approx(base.host_gib["total"])
+    assert memory.zenflow_overlap_step(None) is False and memory.zenflow_overlap_step({"zero_optimization": 1}) is False
+
+
 def test_activation_formula_without_checkpointing_and_eager_attention():
     spec = model_spec("tiny-llama")
     plan = Plan(model="tiny-llama", micro_batch=1, seq_len=256, gradient_checkpointing=False)
@@ -584,3 +604,25 @@ def test_estimate_takes_the_model_as_train_spells_it():
     assert both.returncode == 2 and "given twice" in both.stderr and "--model 'qwen-14b'" in both.stderr
     none = subprocess.run(cmd, capture_output=True, text=True)
     assert none.returncode == 2 and "no model given" in none.stderr and "--model llama-7b" in none.stderr
+
+
+def test_host_peak_counts_a_live_child_process_once():
+    """cookbook.train.host_peak_rss_gib adds what a live child holds alone (ZenFlow's optimizer process keeps Adam
+    m, v there): a child that fills 256 MiB of its own raises the figure by about that much (USS, not RSS: the
+    interpreter pages it shares with this process are not counted twice)."""
+    import subprocess
+    import sys
+    import time
+
+    from cookbook.train import host_peak_rss_gib
+    before = host_peak_rss_gib()
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(256 * 2**20); "
+                              "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        grown = host_peak_rss_gib() - before
+    finally:
+        child.kill()
+        child.wait()
+    assert 0.24 < grown < 0.35, grown
