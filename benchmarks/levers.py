@@ -123,6 +123,12 @@ def call2_plan() -> list[Variant]:
                 bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
                 note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)"),
         Variant("recipe-fp32", bf16_states=False, note="the recipe with fp32 states: ZenFlow's exact-Adam baseline"),
+        # overlap_step off: ZenFlow steps in-process on ZeRO-Offload's usual states (67 GiB for the 3.4B, fp32);
+        # with it the optimizer process's own buffers add 16 B/parameter (cookbook.memory.estimate: 118.6 GiB,
+        # killed on the 125.8 GiB H200). Run it as `--plan call2 --only recipe-fp32,zenflow-fp32-seq`.
+        Variant("zenflow-fp32-seq", zenflow=dict(zf, overlap_step=False), zenflow_native=True, bf16_states=False,
+                max_steps=9, timeout_s=150, expect_s=110,
+                note="ZenFlow without overlap_step (unimportant columns every 4 steps, in-process), fp32 states"),
     ]
 
 
