@@ -877,7 +877,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append("fp32 training: the '16-bit' parameter and gradient rows hold fp32 tensors (4 bytes each)")
     if bf16_states:
         reasons.append("bf16 states: master weights, gradients and Adam m, v in bf16 (half the host RAM; "
-                       "updates below ~0.4% of a weight rounded away: BF16_STATES_COST)")
+                       "updates below ~0.4% of a weight rounded away: +148% loss measured, docs/benchmarks.md section 13)")
     if plan.liger:
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
