@@ -339,8 +339,10 @@ def build_baselines() -> dict:
             {"name": "recipe / liger through the cookbook loop in call 3",
              "why": "config_error at start: the levers driver did not say random_weights / tokenizer (fixed)"},
             {"name": "the cookbook loop with packing off in the same call as the Trainer",
-             "why": "device time (30 minutes, spent on issue 18's NVMe runs and these)"},
-            {"name": "3.4B 150-step quality curves on the GPU", "why": "device time"},
+             "why": "device time (30 minutes, spent on issue 18's NVMe runs and these)",
+             "ran_since": "h200_levers_2026-12-02b.json (a later session the same day: 1.065x the Trainer)"},
+            {"name": "3.4B 150-step quality curves on the GPU", "why": "device time",
+             "ran_since": "h200_quality_2026-12-02.json (exact Adam vs bf16 states)"},
         ],
     }
 
@@ -401,12 +403,17 @@ def build_same_call() -> dict:
 
 
 def main(argv=None) -> int:
-    import sys
-    argv = sys.argv[1:] if argv is None else argv
-    if "--same-call" in argv:
+    import argparse
+    p = argparse.ArgumentParser(description="Rebuild one levers reference file from data/reference/raw/ (module "
+                                            "docstring); with no option the 2026-12-01 files.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--baselines", action="store_true", help=f"write {OUT_BASELINES.name} (the HF Trainer baselines)")
+    g.add_argument("--same-call", action="store_true", help=f"write {OUT_SAME_CALL.name} (the loop vs the Trainer)")
+    a = p.parse_args(argv)
+    if a.same_call:
         ref = build_same_call()
         OUT_SAME_CALL.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-    elif "--baselines" in argv:
+    elif a.baselines:
         ref = build_baselines()
         OUT_BASELINES.write_text(json.dumps(ref, indent=1, default=str) + "\n")
     else:

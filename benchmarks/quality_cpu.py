@@ -84,8 +84,9 @@ def compare(curves: dict[str, list[float]], *, k: int = 20, reference: str = "ex
     """(last-``k`` mean loss per variant, gaps against ``reference``) for per-step loss curves.
 
     Gap of a variant: its last-k mean minus the reference's (absolute and relative to the reference's), and where
-    the curves part: the first step from which the 10-step running means differ by more than 2 % of the
-    reference's (issue 19's 2 % bar), None if they never do. Variants with fewer than k steps get no tail/gap.
+    the curves part: the first step whose own loss differs by more than 2 % of the reference's, and the first
+    step from which the 10-step running means differ by more than 2 % (the start of that window; issue 19's
+    2 % bar), each None if they never do. Variants with fewer than k steps get no tail/gap.
     """
     ref = curves.get(reference) or []
     tail = {n: statistics.fmean(c[-k:]) for n, c in curves.items() if len(c) >= k}
@@ -99,7 +100,9 @@ def compare(curves: dict[str, list[float]], *, k: int = 20, reference: str = "ex
             if abs(a - b) > 0.02 * b:
                 part = i - 9
                 break
+        step = next((i + 1 for i, (x, y) in enumerate(zip(c, ref)) if abs(x - y) > 0.02 * abs(y)), None)
         gaps[n] = {f"last{k}_mean_minus_exact": tail[n] - tail[reference],
+                   "first_step_losses_differ_by_2pct": step,
                    f"last{k}_relative_gap": (tail[n] - tail[reference]) / tail[reference],
                    "first_step_10step_means_differ_by_2pct": part}
     return tail, gaps

@@ -354,6 +354,32 @@ def _check_number(name: str, value, *, minimum: float = 0.0, strict: bool = Fals
         raise ConfigError.about(f"{{{name}}}: must be {kind} {rel} {minimum}", **{name: value})
 
 
+def check_bf16_states(plan: Plan, bf16_states: bool) -> None:
+    """Refuse bf16 states (``bf16.bf16_master_weights_and_grads`` + ``bf16_optimizer_states``) where the run cannot
+    have them: without bf16 precision, with ZeRO stage 0 (DeepSpeed keeps bf16 master weights only in its ZeRO
+    optimizers), with the optimizer on NVMe (DeepSpeed 0.19.8's swapper, below). Raises :class:`ConfigError`
+    naming both fields (rendered as the caller's flags by :func:`cookbook.plan.user_message`)."""
+    if not bf16_states:
+        return
+    if plan.precision != "bf16":
+        raise ConfigError.about("{bf16_states} with {precision}: bf16 optimizer states need bf16 precision; drop "
+                                "{bf16_states.name} or set {precision.name} to bf16",
+                                bf16_states=True, precision=plan.precision)
+    if plan.zero_stage == 0:
+        raise ConfigError.about("{bf16_states} with {zero_stage}: DeepSpeed supports bf16 master weights only with "
+                                "ZeRO stage 1, 2 or 3; raise {zero_stage.name} or drop {bf16_states.name}",
+                                bf16_states=True, zero_stage=plan.zero_stage)
+    if plan.offload_optimizer == "nvme":
+        # DeepSpeed 0.19.8: stage3._configure_tensor_swapping builds the optimizer swapper with
+        # dtype=master_weights_and_grads_dtype (bf16) and swap_tensor/utils.py SwapBufferManager.allocate
+        # asserts dtype == self.dtype at the first swap -> "AssertionError" at start (seen on an H200)
+        raise ConfigError.about("{bf16_states} with {offload_optimizer}: DeepSpeed 0.19.8 stops at start with an "
+                                "AssertionError in runtime/swap_tensor/utils.py (assert dtype == self.dtype): its NVMe "
+                                "optimizer swapper cannot hold bf16 master weights and optimizer states; drop "
+                                "{bf16_states.name} (fp32 states on NVMe), or keep the bf16 states and offload the "
+                                "optimizer to the CPU instead of NVMe", bf16_states=True, offload_optimizer="nvme")
+
+
 def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, weight_decay: float = 0.0,
                  betas=(0.9, 0.95), eps: float = 1e-8, warmup_steps: int = 0, total_steps: int | None = None,
                  gradient_clipping: float = 1.0, bf16_states: bool = False,
@@ -436,10 +462,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
         raise ConfigError(f"betas={betas!r}: give two numbers in [0, 1), e.g. (0.9, 0.95)") from None
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise ConfigError(f"betas={betas!r}: both must lie in [0, 1), e.g. (0.9, 0.95)")
-    if bf16_states and plan.precision != "bf16":
-        raise ConfigError.about("{bf16_states} with {precision}: bf16 optimizer states need bf16 precision; drop "
-                                "{bf16_states.name} or set {precision.name} to bf16",
-                                bf16_states=True, precision=plan.precision)
+    check_bf16_states(plan, bf16_states)
     tuned = None
     if aio is not None:
         if "nvme" not in (plan.offload_optimizer, plan.offload_param):
@@ -450,19 +473,6 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
             tuned = load_aio_config(aio)
         except NvmeError as exc:
             raise ConfigError(str(exc)) from None
-    if bf16_states and plan.zero_stage == 0:
-        raise ConfigError.about("{bf16_states} with {zero_stage}: DeepSpeed supports bf16 master weights only with "
-                                "ZeRO stage 1, 2 or 3; raise {zero_stage.name} or drop {bf16_states.name}",
-                                bf16_states=True, zero_stage=plan.zero_stage)
-    if bf16_states and plan.offload_optimizer == "nvme":
-        # DeepSpeed 0.19.8: stage3._configure_tensor_swapping builds the optimizer swapper with
-        # dtype=master_weights_and_grads_dtype (bf16) and swap_tensor/utils.py SwapBufferManager.allocate
-        # asserts dtype == self.dtype at the first swap -> "AssertionError" at start (seen on an H200)
-        raise ConfigError.about("{bf16_states} with {offload_optimizer}: DeepSpeed 0.19.8 stops at start with an "
-                                "AssertionError in runtime/swap_tensor/utils.py (assert dtype == self.dtype): its NVMe "
-                                "optimizer swapper cannot hold bf16 master weights and optimizer states; drop "
-                                "{bf16_states.name} (fp32 states on NVMe), or keep the bf16 states and offload the "
-                                "optimizer to the CPU instead of NVMe", bf16_states=True, offload_optimizer="nvme")
 
     from .models import model_spec
     spec = model_spec(plan.model)
@@ -1250,8 +1260,13 @@ def _run(args) -> int:
     batch = (f"train_batch_size {plan.global_batch} = micro {plan.micro_batch} × accum {plan.grad_accum} × "
              f"world {plan.world_size}") if args.target != "trainer" else "batch sizes 'auto' (Trainer fills them)"
     where = f" -> {args.output}" if args.output else ""
-    print(f"{args.preset}: {plan.label}, {plan.precision}, {plan.model}, {batch}, target {args.target}{where}",
+    states = ", bf16 states" if args.bf16_states else ""
+    print(f"{args.preset}: {plan.label}, {plan.precision}{states}, {plan.model}, {batch}, target {args.target}{where}",
           file=sys.stderr)
+    if args.bf16_states:
+        from .memory import BF16_STATES_COST
+        print(f"[precision] note: --bf16-states: {BF16_STATES_COST}; keep it only where fp32 states do not fit "
+              "host RAM", file=sys.stderr)
     sched = cfg.get("scheduler")
     if isinstance(sched, dict) and args.target != "trainer":  # the schedule the file runs, and where its lr came from
         lr = cfg["optimizer"]["params"]["lr"]
@@ -1427,7 +1442,7 @@ def config_world_size(cfg) -> tuple[int, str] | None:
     return None
 
 
-__all__ = ["PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
+__all__ = ["check_bf16_states", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
            "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",

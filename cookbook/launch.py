@@ -875,6 +875,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     busy = busy_message(run_dir)
     if busy:
         return result("config_error", busy, command="")
+    if config is None and isinstance(plan, Plan):   # bf16 states the run cannot have: before any data is read
+        from .dsconfig import ConfigError, check_bf16_states
+        try:
+            check_bf16_states(plan, bf16_states)
+        except ConfigError as exc:
+            return result("config_error", user_message(exc, names=names), command="")
 
     # 1. the user's config: every "auto" filled from the plan as the HF Trainer / Accelerate fill it; its own
     #    values decide what the user did not state, and disagree with what they did (an error naming both).
@@ -1025,7 +1031,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warmup_steps, total_steps=max_steps,
                                      bf16_states=bf16_states, lr_scheduler=lr_scheduler, weight_decay=weight_decay)
         except ConfigError as exc:
-            return result("config_error", str(exc), command="")
+            return result("config_error", user_message(exc, names=names), command="")
 
     # 3. pre-launch guard: lint errors and the estimate
     if on_gpu and not elsewhere:  # more ranks than GPUs here: each extra rank would die in cuda.set_device

@@ -22,6 +22,7 @@ def test_merge_gaps_by_hand_and_refusals(tmp_path):
     gap = rec["gaps_vs_exact_adam"]["bf16_states"]
     assert gap["last2_mean_minus_exact"] == pytest.approx(0.5) and gap["last2_relative_gap"] == pytest.approx(1 / 3)
     assert gap["first_step_10step_means_differ_by_2pct"] == 1
+    assert gap["first_step_losses_differ_by_2pct"] == 6   # steps 1-5 equal; step 6: 5.5 vs 5.0
     with pytest.raises(ValueError, match="no exact_adam record"):
         qg.merge([_rec(tmp_path, "bf16_states", bf16)], k=2)
     with pytest.raises(ValueError, match="fewer than --last 20"):
