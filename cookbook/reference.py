@@ -66,7 +66,8 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
     other keys — machine, versions, … — are shared by every record and kept under ``_common``), or
     one record. A record is kept for ``notebook`` (``"02"`` or ``"02_zero2"``) when its ``notebook``
     field starts with the number, else when the file name does, else by :data:`REFERENCE_SELECTION`;
-    ``notebook=None`` keeps all. Every record gets ``_file``. Files that are not run records (loss
+    of issue 19's lever runs (``group: levers``) a notebook gets the newest run of each name that ended ok (the
+    failed ones stay in their files and in docs/benchmarks.md); ``notebook=None`` keeps all. Every record gets ``_file``. Files that are not run records (loss
     curves, raw logs) are ignored; unreadable files too, except that with ``notebook=None`` each one
     appears as a record with ``_error`` saying why.
     """
@@ -81,6 +82,12 @@ def reference_results(notebook: str | None = None, directory: str | os.PathLike 
             r["_file"] = name
             if _selected(r, prefix, name):
                 out.append(r)
+    if prefix is not None:   # issue 19's lever runs beside a notebook: the newest run of each name that worked
+        newest = {}
+        for r in out:
+            if r.get("group") == "levers" and r.get("status") == "ok":
+                newest[r.get("name")] = r   # files come sorted by name (dated): the later one wins
+        out = [r for r in out if r.get("group") != "levers" or newest.get(r.get("name")) is r]
     return out
 
 
@@ -378,6 +385,37 @@ def quality_frame(directory: str | os.PathLike | None = None):
     return tidy_frame(pd.DataFrame(rows), rehearsal=False)
 
 
+def quality_line(directory: str | os.PathLike | None = None) -> str | None:
+    """One sentence per approximate variant of :func:`quality_record` against exact Adam: the mean loss of the
+    last steps of each, the gap in %, the first step whose losses are more than 2 % apart, the hardware and the
+    file; None when no record exists."""
+    rec = quality_record(directory)
+    if rec is None:
+        return None
+    key = next((k for k in rec if re.fullmatch(r"last\d+_mean_loss", k)), None)
+    if key is None:
+        return None
+    n, tail = key[4:-10], rec[key]
+    runs = rec.get("runs") or {}
+    ex = runs.get("exact_adam") or {}
+    plan = ex.get("plan") or {}
+    gpu = str((rec.get("machine") or {}).get("gpu") or "a GPU").split(",")[0]
+    cap = f" capped at {plan['gpu_memory_gib']:g} GiB" if plan.get("gpu_memory_gib") else ""
+    parts = []
+    for name, gap in (rec.get("gaps_vs_exact_adam") or {}).items():
+        rel = gap.get(f"last{n}_relative_gap")
+        step = gap.get("first_step_losses_differ_by_2pct")
+        parts.append(f"{name.replace('_', ' ')} {tail.get(name, float('nan')):.3f} vs exact Adam "
+                     f"{tail.get('exact_adam', float('nan')):.3f}" + (f" ({100 * rel:+.1f} %)" if rel is not None else "")
+                     + (f", losses > 2 % apart from step {step}" if step else ""))
+    if not parts:
+        return None
+    steps = len((rec.get("curves") or {}).get("exact_adam") or [])
+    lr = f", lr {ex['lr']:g}" if isinstance(ex.get("lr"), (int, float)) else ""
+    return (f"Optimizer arithmetic measured on {gpu}{cap} ({steps} steps{lr}): mean loss of the last {n} steps, "
+            + "; ".join(parts) + f" ({rec['_file']})")
+
+
 def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os.PathLike | None = None):
     """This notebook's runs and the GPU measurements for the same notebook in one table, each row
     labelled with the hardware it came from (columns: hardware, run, status, world size, loss first,
@@ -472,5 +510,5 @@ def check_recorded(plan, files: Mapping[str, str]):
     return pd.DataFrame(rows), records
 
 
-__all__ = ["quality_frame", "quality_record", "reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded", "host_memory_why",
+__all__ = ["quality_frame", "quality_line", "quality_record", "reference_ceilings", "reference_projection", "FACTS_DIR", "REFERENCE_DIR", "REFERENCE_SELECTION", "beside_reference", "check_recorded", "host_memory_why",
            "reference_frame", "reference_notes", "reference_results"]

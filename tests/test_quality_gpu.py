@@ -84,3 +84,16 @@ def test_quality_frame_shows_the_shipped_gpu_record_and_is_empty_without_one(tmp
     assert df.loc[0, "hardware"] == "NVIDIA H200 capped at 24 GiB" and df.loc[0, "lr"] == "2e-05"
     (tmp_path / "runs.json").write_text(json.dumps({"kind": "levers", "runs": []}))
     assert quality_frame(tmp_path).empty
+
+
+def test_quality_line_states_the_shipped_gap_and_is_none_without_a_record(tmp_path):
+    """The sentence notebook 06 puts in its headline (and the run-all report): both last-20 means and the gap,
+    recomputed here from the record's curves."""
+    import statistics
+    from cookbook.reference import quality_line
+    ref = json.loads((qg.ROOT / "data" / "reference" / "h200_quality_2026-12-02.json").read_text())
+    a, b = (statistics.fmean(ref["curves"][n][-20:]) for n in ("exact_adam", "bf16_states"))
+    line = quality_line()
+    assert f"bf16 states {b:.3f} vs exact Adam {a:.3f} ({100 * (b / a - 1):+.1f} %)" in line
+    assert "losses > 2 % apart from step 6" in line and "h200_quality_2026-12-02.json" in line
+    assert quality_line(tmp_path) is None
