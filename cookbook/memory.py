@@ -192,7 +192,7 @@ HOST_COMPONENTS = {
     "pinned_rounding": "pinned buffers rounded up to powers of two",
     "nvme_buffers": "NVMe offload: swap buffers, staging, flat buffers (DeepSpeed)",
     "nvme_transient": "NVMe offload: first step's unpinned Adam m, v of one sub-group",
-    "zenflow": "ZenFlow overlap_step: 2nd gradient buffer, stale weights, optimizer process's double Adam m, v",
+    "zenflow": "ZenFlow overlap_step: buffers + process",
     "model_load": "model load beyond training (16-bit copy per rank)",
     "ranks_on_cpu": "rank tensors (CPU rehearsal)",
     "runtime": "runtime per rank (Python, torch, DeepSpeed)",
@@ -847,6 +847,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
                            f"{GPU_COMPONENTS[max(gpu_gib, key=lambda k: gpu_gib[k] if k != 'total' else -1)]}")
     # the terms that make the total, largest first, zeros left out (an NVMe plan's are its swap buffers)
     parts = [("offloaded states", (states * r) / GIB), ("DeepSpeed's pinned staging", host_gib["pinned_staging"]),
+             ("ZenFlow's overlapped step: 2nd fp32 gradient buffer, stale weights, its process's own Adam m, v "
+              "and runtime", host_gib.get("zenflow", 0.0)),
              ("power-of-two rounding of pinned buffers", host_gib["pinned_rounding"]),
              ("NVMe swap buffers, staging and flat buffers", host_gib.get("nvme_buffers", 0.0)),
              ("NVMe transient buffers", host_gib.get("nvme_transient", 0.0))]
@@ -1583,7 +1585,7 @@ def _run_cli(args) -> int:
         device = "cpu" if args.cpu_rehearsal else "cuda"
         if args.bf16_states and plan.precision != "bf16":   # the typed flags, not sizes.py's Python names
             print(f"error: --bf16-states with --precision {plan.precision}: bf16 optimizer states need bf16 precision; "
-                  "drop --bf16-states or set --precision bf16", file=sys.stderr)
+                  "drop --bf16-states or set --precision to bf16", file=sys.stderr)
             return 2
         if args.sweep:
             result = sweep(plan, bf16_states=args.bf16_states, device=device)
