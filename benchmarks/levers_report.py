@@ -19,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.report import RTX4090, floor
+from benchmarks.report import RTX4090, floor_and_projection
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "data" / "reference" / "raw"
@@ -60,18 +60,9 @@ def _row(r: dict, call: str, ceil: dict) -> dict:
             row["breakdown_median_ms"].update({k: statistics.median(b[k] for b in opt if k in b)
                                                for k in ("optimizer_gradients", "optimizer_step")})
     if r.get("status") == "ok" and r.get("step_time_s") and r.get("plan"):
-        p = r["plan"]
-        rec = {"num_params": N_3B, "plan": p}
-        f = floor(rec, ceil)
-        f["achieved_over_floor_serial"] = f["floor_serial_s"] / r["step_time_s"]
-        f["achieved_over_floor_overlap"] = f["floor_overlap_s"] / r["step_time_s"]
-        row["floor"] = f
-        f4090 = floor(rec, {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
-                            "d2h_gb_s": RTX4090["d2h_gb_s"], "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]})
-        step = f4090["floor_serial_s"] / f["achieved_over_floor_serial"]
-        row["projection_rtx4090"] = {"floor_serial_s": f4090["floor_serial_s"], "step_time_s": step,
-                                     "tokens_per_s": f["tokens_per_step"] / step,
-                                     "assumes": "same achieved/floor as measured on the H200 (docs/benchmarks.md §5)"}
+        row["floor"], row["projection_rtx4090"] = floor_and_projection(
+            {"num_params": N_3B, "plan": r["plan"]}, ceil, r["step_time_s"],
+            "same achieved/floor as measured on the H200 (docs/benchmarks.md §5)")
     return row
 
 

@@ -140,24 +140,18 @@ def _speed(runs: dict) -> dict:
     and records without step times get none."""
     import statistics
     from benchmarks.levers_report import N_3B, RAW, call1_ceilings
-    from benchmarks.report import RTX4090, floor
+    from benchmarks.report import floor_and_projection
     ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
-    c4090 = {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
-             "d2h_gb_s": RTX4090["d2h_gb_s"], "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]}
     out = {}
     for n, r in runs.items():
         st = [x for x in (r.get("step_times_s") or [])[1:] if isinstance(x, (int, float))]
         if r.get("rehearsal") or not st or not r.get("plan"):
             continue
         step = statistics.median(st)
-        rec = {"num_params": N_3B, "plan": r["plan"]}
-        f = floor(rec, ceil)
-        achieved = f["floor_serial_s"] / step
-        f4 = floor(rec, c4090)
+        f, proj = floor_and_projection({"num_params": N_3B, "plan": r["plan"]}, ceil, step,
+                                       "same achieved/floor as measured on the H200 (docs/benchmarks.md section 5)")
         out[n] = {"step_time_s_median": step, "tokens_per_s": f["tokens_per_step"] / step, "floor": f,
-                  "achieved_over_floor_serial": achieved,
-                  "projection_rtx4090_tokens_per_s": f["tokens_per_step"] / (f4["floor_serial_s"] / achieved),
-                  "projection_assumes": "same achieved/floor as measured on the H200 (docs/benchmarks.md section 5)"}
+                  "projection_rtx4090_tokens_per_s": proj["tokens_per_s"], "projection_assumes": proj["assumes"]}
     return out
 
 

@@ -39,6 +39,9 @@ GIB = 2 ** 30
 #: (assumption: fp32 Adam moves ~32 bytes per parameter, dual-channel DDR5 gives ~64 GB/s, i.e. a
 #: 2e9/s bound, of which 75% is reached; the H200 host's 16 threads measured 4.2e9/s).
 RTX4090 = {"bf16_tflops": 165.2, "h2d_gb_s": 24.0, "d2h_gb_s": 24.0, "cpu_adam_params_per_s": 1.5e9}
+#: :data:`RTX4090` in the keys :func:`floor` reads its ceilings under.
+RTX4090_CEILINGS = {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
+                    "d2h_gb_s": RTX4090["d2h_gb_s"], "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]}
 
 
 def load_records() -> tuple[list[dict], dict]:
@@ -123,6 +126,20 @@ def floor(r: dict, ceil: dict) -> dict:
             "floor_overlap_s": max(t_compute, t_pcie, t_adam)}
 
 
+def floor_and_projection(r: dict, ceil: dict, step_time_s: float,
+                         assumes: str = "same achieved/floor as measured on the H200") -> tuple[dict, dict]:
+    """(:func:`floor` of run ``r`` under ``ceil`` with ``achieved_over_floor_serial`` / ``_overlap`` for a measured
+    ``step_time_s`` in seconds, its RTX 4090 projection): the 4090's serial floor (:data:`RTX4090_CEILINGS`)
+    divided by the same achieved fraction, as ``{"floor_serial_s", "step_time_s", "tokens_per_s", "assumes"}``."""
+    f = floor(r, ceil)
+    f["achieved_over_floor_serial"] = f["floor_serial_s"] / step_time_s
+    f["achieved_over_floor_overlap"] = f["floor_overlap_s"] / step_time_s
+    p4090 = floor(r, RTX4090_CEILINGS)
+    step = p4090["floor_serial_s"] / f["achieved_over_floor_serial"]
+    return f, {"floor_serial_s": p4090["floor_serial_s"], "step_time_s": step,
+               "tokens_per_s": f["tokens_per_step"] / step, "assumes": assumes}
+
+
 def build() -> dict:
     recs, ceil = load_records()
     ceilings = {k: ceil[k] for k in ("h2d_gb_s", "d2h_gb_s", "bf16_matmul_tflops", "cpu_adam_params_per_s",
@@ -141,17 +158,7 @@ def build() -> dict:
         row["estimate_host_total_gib"] = est.get("host_total_gib")
         row["estimate_fits_gpu"] = est.get("fits_gpu")
         if r.get("step_time_s") and r.get("plan"):
-            f = floor(r, ceilings)
-            f["achieved_over_floor_serial"] = f["floor_serial_s"] / r["step_time_s"]
-            f["achieved_over_floor_overlap"] = f["floor_overlap_s"] / r["step_time_s"]
-            row["floor"] = f
-            p4090 = floor(r, {"bf16_matmul_tflops": RTX4090["bf16_tflops"], "h2d_gb_s": RTX4090["h2d_gb_s"],
-                              "d2h_gb_s": RTX4090["d2h_gb_s"],
-                              "cpu_adam_params_per_s": RTX4090["cpu_adam_params_per_s"]})
-            step = p4090["floor_serial_s"] / f["achieved_over_floor_serial"]
-            row["projection_rtx4090"] = {"floor_serial_s": p4090["floor_serial_s"], "step_time_s": step,
-                                         "tokens_per_s": f["tokens_per_step"] / step,
-                                         "assumes": "same achieved/floor as measured on the H200"}
+            row["floor"], row["projection_rtx4090"] = floor_and_projection(r, ceilings, r["step_time_s"])
         rows.append(row)
     by = {r["name"]: r for r in rows}
     stock = {n: by[n]["tokens_per_s"] for n in ("stock-llama-factory", "stock-accelerate", "stock-llama-article")

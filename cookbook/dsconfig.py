@@ -1264,9 +1264,8 @@ def _run(args) -> int:
     print(f"{args.preset}: {plan.label}, {plan.precision}{states}, {plan.model}, {batch}, target {args.target}{where}",
           file=sys.stderr)
     if args.bf16_states:
-        from .memory import BF16_STATES_COST
-        print(f"[precision] note: --bf16-states: {BF16_STATES_COST}; keep it only where fp32 states do not fit "
-              "host RAM", file=sys.stderr)
+        from .memory import BF16_STATES_NOTE
+        print(BF16_STATES_NOTE, file=sys.stderr)
     sched = cfg.get("scheduler")
     if isinstance(sched, dict) and args.target != "trainer":  # the schedule the file runs, and where its lr came from
         lr = cfg["optimizer"]["params"]["lr"]

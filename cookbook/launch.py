@@ -1014,10 +1014,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         if refused:
             print(f"[precision] note: {refused}", flush=True)
         if bf16_states and not is_rehearsal_model(plan.model):
-            from .memory import BF16_STATES_COST
-            print(f"[precision] note: --bf16-states: {BF16_STATES_COST}. Keep it only where fp32 states do not fit "
-                  "host RAM (`cookbook estimate ... --sweep` says which fit); NVMe offload keeps fp32 states",
-                  flush=True)
+            from .memory import BF16_STATES_NOTE
+            print(BF16_STATES_NOTE, flush=True)
         if liger_refused:
             print(f"[liger] note: {liger_refused}", flush=True)
         elif plan.liger:

@@ -934,6 +934,11 @@ BF16_STATES_COST = ("bf16 master weights and Adam states: updates smaller than ~
                     "(measured on a 3.4B run at lr 2e-5: loss 4.82 vs 1.94 with fp32 states, mean of steps 131-150, +148%)")
 
 
+#: What ``train``, ``launch`` and ``config`` print when ``--bf16-states`` is given (:data:`BF16_STATES_COST`).
+BF16_STATES_NOTE = (f"[precision] note: --bf16-states: {BF16_STATES_COST}. Keep it only where fp32 states do not fit "
+                    "host RAM (`cookbook estimate ... --sweep` says which fit); NVMe offload keeps fp32 states")
+
+
 def variant_cost(e: MemoryEstimate, short: bool = False) -> str:
     """What a variant costs in speed or accuracy, in words (for the decision and the suggestions)."""
     p = e.plan
@@ -1624,6 +1629,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -352,6 +352,16 @@ def quality_record(directory: str | os.PathLike | None = None) -> dict | None:
     return found
 
 
+def _quality_basics(rec: Mapping) -> tuple[str | None, dict, str | None]:
+    """(the steps in the record's ``last<k>_mean_loss`` key, that dict, "GPU capped at N GiB") of a
+    :func:`quality_record`."""
+    key = next((k for k in rec if re.fullmatch(r"last\d+_mean_loss", k)), None)
+    gpu = str((rec.get("machine") or {}).get("gpu") or "").split(",")[0] or None
+    cap = (((rec.get("runs") or {}).get("exact_adam") or {}).get("plan") or {}).get("gpu_memory_gib")
+    return (key[4:-10] if key else None), (rec.get(key) or {} if key else {}), (
+        f"{gpu} capped at {cap:g} GiB" if gpu and cap else gpu)
+
+
 def quality_frame(directory: str | os.PathLike | None = None):
     """:func:`quality_record` as a table, one row per optimizer variant: the last-20 mean loss, its gap to exact
     Adam (absolute and in %), the first optimizer step whose loss is more than 2 % apart from exact Adam's
@@ -361,20 +371,17 @@ def quality_frame(directory: str | os.PathLike | None = None):
     rec = quality_record(directory)
     if rec is None:
         return pd.DataFrame()
-    k = next((key for key in rec if re.fullmatch(r"last\d+_mean_loss", key)), None)
-    n = k[4:-10] if k else "20"
+    n, tail, hardware = _quality_basics(rec)
+    n = n or "20"
     rows = []
     for name, run in (rec.get("runs") or {}).items():
         gap = (rec.get("gaps_vs_exact_adam") or {}).get(name) or {}
         speed = (rec.get("speed") or {}).get(name) or {}
-        gpu = str((rec.get("machine") or {}).get("gpu") or "").split(",")[0] or None
-        cap = (run.get("plan") or {}).get("gpu_memory_gib")
         tps, proj = speed.get("tokens_per_s") or run.get("tokens_per_s"), speed.get("projection_rtx4090_tokens_per_s")
-        rows.append({"variant": name.replace("_", " "),
-                     "hardware": f"{gpu} capped at {cap:g} GiB" if gpu and cap else gpu,
+        rows.append({"variant": name.replace("_", " "), "hardware": hardware,
                      "steps": len([x for x in (rec.get("curves") or {}).get(name, []) if x is not None]),
                      "lr": f"{run['lr']:g}" if isinstance(run.get("lr"), (int, float)) else None,
-                     f"last-{n} mean loss": rounded((rec.get(k) or {}).get(name), 3),
+                     f"last-{n} mean loss": rounded(tail.get(name), 3),
                      "gap vs exact Adam": rounded(gap.get(f"last{n}_mean_minus_exact"), 3),
                      "gap %": rounded(100 * gap[f"last{n}_relative_gap"], 1) if f"last{n}_relative_gap" in gap else None,
                      "losses > 2 % apart from step": (str(gap["first_step_losses_differ_by_2pct"])
@@ -392,15 +399,10 @@ def quality_line(directory: str | os.PathLike | None = None) -> str | None:
     rec = quality_record(directory)
     if rec is None:
         return None
-    key = next((k for k in rec if re.fullmatch(r"last\d+_mean_loss", k)), None)
-    if key is None:
+    n, tail, hardware = _quality_basics(rec)
+    if n is None:
         return None
-    n, tail = key[4:-10], rec[key]
-    runs = rec.get("runs") or {}
-    ex = runs.get("exact_adam") or {}
-    plan = ex.get("plan") or {}
-    gpu = str((rec.get("machine") or {}).get("gpu") or "a GPU").split(",")[0]
-    cap = f" capped at {plan['gpu_memory_gib']:g} GiB" if plan.get("gpu_memory_gib") else ""
+    ex = (rec.get("runs") or {}).get("exact_adam") or {}
     parts = []
     for name, gap in (rec.get("gaps_vs_exact_adam") or {}).items():
         rel = gap.get(f"last{n}_relative_gap")
@@ -412,7 +414,7 @@ def quality_line(directory: str | os.PathLike | None = None) -> str | None:
         return None
     steps = len((rec.get("curves") or {}).get("exact_adam") or [])
     lr = f", lr {ex['lr']:g}" if isinstance(ex.get("lr"), (int, float)) else ""
-    return (f"Optimizer arithmetic measured on {gpu}{cap} ({steps} steps{lr}): mean loss of the last {n} steps, "
+    return (f"Optimizer arithmetic measured on {hardware or 'a GPU'} ({steps} steps{lr}): mean loss of the last {n} steps, "
             + "; ".join(parts) + f" ({rec['_file']})")
 
 
