@@ -132,6 +132,50 @@ def call2_plan() -> list[Variant]:
     ]
 
 
+def call3_plan() -> list[Variant]:
+    """Session 5, first call: the quality-neutral (fp32-states) recipe against its levers in one call. Liger at
+    micro 24 and 28 (micro 32 ran out of GPU memory at start on 2026-12-02, at the 24 GiB edge), ZenFlow
+    without overlap_step (in-process: fits the 125.8 GiB host), the two together, and the Trainer + article
+    baseline for the same-call ratio. Run as ``--plan call3 --phases ''``."""
+    zf_seq = dict(ZENFLOW, overlap_step=False)
+    return [
+        Variant("recipe-fp32", bf16_states=False, note="the recipe with fp32 states (exact Adam): the baseline"),
+        Variant("zenflow-fp32-seq", zenflow=zf_seq, zenflow_native=True, bf16_states=False, max_steps=9,
+                timeout_s=150, expect_s=110,
+                note="ZenFlow without overlap_step (unimportant columns every 4 steps, in-process), fp32 states"),
+        Variant("liger-fp32-24", liger=True, micro_batch=24, bf16_states=False, expect_s=90,
+                note="Liger fused linear cross-entropy at micro batch 24, fp32 states"),
+        Variant("trainer-article", kind="trainer", zero_stage=3, offload_param="cpu", micro_batch=2, grad_accum=8,
+                bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
+                note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)"),
+        Variant("zenflow-liger-fp32-24", zenflow=zf_seq, zenflow_native=True, liger=True, micro_batch=24,
+                bf16_states=False, max_steps=9, timeout_s=150, expect_s=110,
+                note="ZenFlow without overlap_step + Liger at micro batch 24, fp32 states"),
+        Variant("liger-fp32-28", liger=True, micro_batch=28, bf16_states=False, expect_s=90,
+                note="Liger fused linear cross-entropy at micro batch 28, fp32 states"),
+    ]
+
+
+def call4_plan() -> list[Variant]:
+    """Issue 19 item 5: LLaMA-7B itself on one rank capped at 24 GiB, ZeRO-3 with optimizer and parameters on
+    the CPU, bf16 states (fp32 states need 153 GiB of host RAM, over the 125.8 GiB machine), seq 1024, 16
+    sequences per optimizer step. Levers that apply: the micro batch / accumulation split (ZeRO-3 moves every
+    parameter over PCIe once per micro batch's forward and backward) and CPU binding. Not applicable: Liger
+    (refused at ZeRO stage 3, ``cookbook/liger.py``), ZenFlow (DeepSpeed 0.19.8 refuses it with bf16 master
+    weights, and fp32 states do not fit). Run as ``--plan call4 --phases cpu``."""
+    S = dict(model="llama-7b", zero_stage=3, offload_param="cpu", bf16_states=True)
+    return [
+        Variant("7b-2x8", micro_batch=2, grad_accum=8, max_steps=3, timeout_s=240, expect_s=170, **S,
+                note="notebook 06's shape: micro batch 2 x accumulation 8"),
+        Variant("7b-16x1", micro_batch=16, grad_accum=1, max_steps=4, timeout_s=200, expect_s=110, **S,
+                note="the same 16 sequences per step as one micro batch"),
+        Variant("7b-8x2", micro_batch=8, grad_accum=2, max_steps=4, timeout_s=200, expect_s=110, **S,
+                note="micro batch 8 x accumulation 2"),
+        Variant("7b-16x1-bind", micro_batch=16, grad_accum=1, bind="ds-bind", max_steps=4, timeout_s=200,
+                expect_s=110, **S, note="micro 16 with DeepSpeed's core-binding layout"),
+    ]
+
+
 def rehearsal_plan() -> list[Variant]:
     """The same shapes on the CPU with tiny-llama (DS_ACCELERATOR=cpu, fp32, no Liger: Triton needs a GPU)."""
     T = dict(model="tiny-llama", seq_len=128, bf16_states=False, timeout_s=300, expect_s=60)
@@ -630,8 +674,8 @@ class Driver:
         cores = None
         if v.bind:
             name = (self.best_bind if v.name == "combo" else self.best_bind_any) if v.bind == "best" else v.bind
-            if name:
-                s = self.res["cpu_settings"][name]
+            if name:   # a named setting runs without the cpu phase's micro-benchmark
+                s = self.res.get("cpu_settings", {}).get(name) or binding_settings()[name]
                 v = dataclasses.replace(v, env=dict(v.env, **s["env"]), bind=name)
                 cores = s["cores"]
             else:
@@ -750,13 +794,16 @@ def main(argv=None) -> int:
     p.add_argument("--rehearsal", action="store_true", help="the CPU plan (tiny-llama)")
     p.add_argument("--only", default=None, help="comma-separated run names")
     p.add_argument("--skip-aio", action="store_true", help="no async I/O build or disk probe (a CPU box without libaio)")
-    p.add_argument("--plan", default=None, help="call2: the second call's runs")
+    p.add_argument("--plan", default=None, help="call2, call3 (fp32-states levers), call4 (LLaMA-7B one rank)")
     p.add_argument("--phases", default="setup,disk,cpu,ceilings", help="phases before the runs ('' for none)")
     p.add_argument("--probe-json", default=None, help="a Liger probe result from an earlier call (sizes micro batches)")
     a = p.parse_args(argv)
     import torch
     on_gpu = torch.cuda.is_available()
-    plan = rehearsal_plan() if a.rehearsal or not on_gpu else call2_plan() if a.plan == "call2" else gpu_plan()
+    plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan}
+    if a.plan is not None and a.plan not in plans:
+        p.error(f"--plan {a.plan}: unknown; choose one of {', '.join(plans)} (or leave it out for the first call)")
+    plan = rehearsal_plan() if a.rehearsal or not on_gpu else plans[a.plan]() if a.plan else gpu_plan()
     if a.only:
         keep = set(a.only.split(","))
         plan = [v for v in plan if v.name in keep]
