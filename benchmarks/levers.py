@@ -84,6 +84,14 @@ class Variant:
     note: str = ""
 
 
+def trainer_article() -> Variant:
+    """The baseline every GPU plan carries: the HF Trainer with the LLaMA article's config (batch arithmetic
+    corrected, bf16)."""
+    return Variant("trainer-article", kind="trainer", zero_stage=3, offload_param="cpu", micro_batch=2, grad_accum=8,
+                   bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
+                   note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)")
+
+
 def gpu_plan() -> list[Variant]:
     """The runs of the GPU call, most important first (later ones are skipped when time runs out)."""
     zf = dict(ZENFLOW)
@@ -95,9 +103,7 @@ def gpu_plan() -> list[Variant]:
                 note="Liger fused linear cross-entropy at the largest micro batch the probe says fits"),
         Variant("combo", zenflow=zf, zenflow_native=True, liger=True, micro_batch="combo", bind="best",
                 max_steps=9, expect_s=95, note="the winners together"),
-        Variant("trainer-article", kind="trainer", zero_stage=3, offload_param="cpu", micro_batch=2, grad_accum=8,
-                bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
-                note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)"),
+        trainer_article(),
         Variant("zenflow-accelerate", zenflow=zf, max_steps=7, expect_s=85,
                 note="ZenFlow through the cookbook loop as it is: Accelerate marks every step a boundary"),
         Variant("trainer-recipe", kind="trainer", max_steps=5, expect_s=80,
@@ -119,9 +125,7 @@ def call2_plan() -> list[Variant]:
                 expect_s=110, note="ZenFlow (update_interval 4 honoured), fp32 states; first run: CPU Adam JIT inside"),
         Variant("combo-fp32", zenflow=zf, zenflow_native=True, liger=True, micro_batch="combo", bf16_states=False,
                 max_steps=9, expect_s=95, note="ZenFlow + Liger at the largest micro batch predicted to fit, fp32 states"),
-        Variant("trainer-article", kind="trainer", zero_stage=3, offload_param="cpu", micro_batch=2, grad_accum=8,
-                bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
-                note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)"),
+        trainer_article(),
         Variant("recipe-fp32", bf16_states=False, note="the recipe with fp32 states: ZenFlow's exact-Adam baseline"),
         # overlap_step off: ZenFlow steps in-process on ZeRO-Offload's usual states (67 GiB for the 3.4B, fp32);
         # with it the optimizer process's own buffers add 16 B/parameter (cookbook.memory.estimate: 118.6 GiB,
@@ -145,9 +149,7 @@ def call3_plan() -> list[Variant]:
                 note="ZenFlow without overlap_step (unimportant columns every 4 steps, in-process), fp32 states"),
         Variant("liger-fp32-24", liger=True, micro_batch=24, bf16_states=False, expect_s=90,
                 note="Liger fused linear cross-entropy at micro batch 24, fp32 states"),
-        Variant("trainer-article", kind="trainer", zero_stage=3, offload_param="cpu", micro_batch=2, grad_accum=8,
-                bf16_states=False, stock="llama-article", max_steps=3, timeout_s=200, expect_s=115,
-                note="HF Trainer + the LLaMA article's config (batch arithmetic corrected, bf16)"),
+        trainer_article(),
         Variant("zenflow-liger-fp32-24", zenflow=zf_seq, zenflow_native=True, liger=True, micro_batch=24,
                 bf16_states=False, max_steps=9, timeout_s=150, expect_s=110,
                 note="ZenFlow without overlap_step + Liger at micro batch 24, fp32 states"),
@@ -162,7 +164,7 @@ def call4_plan() -> list[Variant]:
     sequences per optimizer step. Levers that apply: the micro batch / accumulation split (ZeRO-3 moves every
     parameter over PCIe once per micro batch's forward and backward) and CPU binding. Not applicable: Liger
     (refused at ZeRO stage 3, ``cookbook/liger.py``), ZenFlow (DeepSpeed 0.19.8 refuses it with bf16 master
-    weights, and fp32 states do not fit). Run as ``--plan call4 --phases cpu``."""
+    weights, and fp32 states do not fit). Run as ``--plan call4 --phases ''``."""
     S = dict(model="llama-7b", zero_stage=3, offload_param="cpu", bf16_states=True)
     return [
         Variant("7b-2x8", micro_batch=2, grad_accum=8, max_steps=3, timeout_s=240, expect_s=170, **S,
@@ -794,15 +796,14 @@ def main(argv=None) -> int:
     p.add_argument("--rehearsal", action="store_true", help="the CPU plan (tiny-llama)")
     p.add_argument("--only", default=None, help="comma-separated run names")
     p.add_argument("--skip-aio", action="store_true", help="no async I/O build or disk probe (a CPU box without libaio)")
-    p.add_argument("--plan", default=None, help="call2, call3 (fp32-states levers), call4 (LLaMA-7B one rank)")
+    p.add_argument("--plan", default=None, choices=("call2", "call3", "call4"),
+                   help="call2, call3 (fp32-states levers), call4 (LLaMA-7B one rank); none: the first call's runs")
     p.add_argument("--phases", default="setup,disk,cpu,ceilings", help="phases before the runs ('' for none)")
     p.add_argument("--probe-json", default=None, help="a Liger probe result from an earlier call (sizes micro batches)")
     a = p.parse_args(argv)
     import torch
     on_gpu = torch.cuda.is_available()
     plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan}
-    if a.plan is not None and a.plan not in plans:
-        p.error(f"--plan {a.plan}: unknown; choose one of {', '.join(plans)} (or leave it out for the first call)")
     plan = rehearsal_plan() if a.rehearsal or not on_gpu else plans[a.plan]() if a.plan else gpu_plan()
     if a.only:
         keep = set(a.only.split(","))
