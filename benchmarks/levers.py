@@ -81,6 +81,7 @@ class Variant:
     seq_len: int = 1024
     nvme: bool = False
     env: dict = dataclasses.field(default_factory=dict)
+    pin_memory: bool | None = None       # None: the cookbook's config decides; else both offload blocks set to it
     note: str = ""
 
 
@@ -178,6 +179,27 @@ def call4_plan() -> list[Variant]:
     ]
 
 
+def call5_plan() -> list[Variant]:
+    """Session 6: what the product now recommends, measured. LLaMA-7B with ZeRO-3 + optimizer offload and the
+    parameters on the GPU (``notebooks/llama7b-1x4090.yaml``'s variant; bf16 states: fp32 states need 120.5 GiB
+    of the 125.8 GiB host) at 2 x 8 against 8 x 2, the largest micro batch ``memory.larger_micro_batch`` says
+    fits; notebook 06's shape with ``pin_memory: false`` (its config on a 64 GiB plan) against call 4's pinned
+    7b-2x8; Liger at micro 26 between the measured 24 (fits) and 28 (out of memory). Run as
+    ``--plan call5 --phases ''``."""
+    S = dict(model="llama-7b", zero_stage=3, bf16_states=True)
+    return [
+        Variant("7b-z3opt-2x8", micro_batch=2, grad_accum=8, max_steps=3, timeout_s=200, expect_s=130, **S,
+                note="ZeRO-3 + optimizer offload, parameters on the GPU: the run file's 2 x 8"),
+        Variant("7b-z3opt-8x2", micro_batch=8, grad_accum=2, max_steps=4, timeout_s=170, expect_s=110, **S,
+                note="the same at 8 x 2, the largest micro batch the estimator fits (21.3 of 24 GiB)"),
+        Variant("7b-2x8-nopin", micro_batch=2, grad_accum=8, max_steps=3, timeout_s=220, expect_s=170,
+                offload_param="cpu", pin_memory=False, **S,
+                note="notebook 06's shape and offload with pin_memory false (its config on the 64 GiB plan)"),
+        Variant("liger-fp32-26", liger=True, micro_batch=26, bf16_states=False, expect_s=90,
+                note="Liger fused linear cross-entropy at micro batch 26, fp32 states"),
+    ]
+
+
 def rehearsal_plan() -> list[Variant]:
     """The same shapes on the CPU with tiny-llama (DS_ACCELERATOR=cpu, fp32, no Liger: Triton needs a GPU)."""
     T = dict(model="tiny-llama", seq_len=128, bf16_states=False, timeout_s=300, expect_s=60)
@@ -224,6 +246,12 @@ def make_config(v: Variant, plan, *, lr: float = 2e-5, aio: dict | None = None) 
     if aio:
         cfg["aio"] = dict(aio)
         changes.append(f"aio: {aio}")
+    if v.pin_memory is not None:
+        for key in ("offload_optimizer", "offload_param"):
+            block = cfg["zero_optimization"].get(key)
+            if isinstance(block, dict) and block.get("device", "none") != "none":
+                block["pin_memory"] = v.pin_memory
+                changes.append(f"zero_optimization.{key}.pin_memory: {str(v.pin_memory).lower()}")
     return cfg, changes
 
 
@@ -796,14 +824,14 @@ def main(argv=None) -> int:
     p.add_argument("--rehearsal", action="store_true", help="the CPU plan (tiny-llama)")
     p.add_argument("--only", default=None, help="comma-separated run names")
     p.add_argument("--skip-aio", action="store_true", help="no async I/O build or disk probe (a CPU box without libaio)")
-    p.add_argument("--plan", default=None, choices=("call2", "call3", "call4"),
+    p.add_argument("--plan", default=None, choices=("call2", "call3", "call4", "call5"),
                    help="call2, call3 (fp32-states levers), call4 (LLaMA-7B one rank); none: the first call's runs")
     p.add_argument("--phases", default="setup,disk,cpu,ceilings", help="phases before the runs ('' for none)")
     p.add_argument("--probe-json", default=None, help="a Liger probe result from an earlier call (sizes micro batches)")
     a = p.parse_args(argv)
     import torch
     on_gpu = torch.cuda.is_available()
-    plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan}
+    plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan, "call5": call5_plan}
     plan = rehearsal_plan() if a.rehearsal or not on_gpu else plans[a.plan]() if a.plan else gpu_plan()
     if a.only:
         keep = set(a.only.split(","))

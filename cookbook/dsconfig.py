@@ -57,11 +57,20 @@ DEEPSPEED_OWN_AUTO = frozenset(f"zero_optimization.zenflow.{k}" for k in ("selec
                                                                           "update_interval"))
 
 #: Training-side options a preset carries beside its ZeRO settings (plan fields; DeepSpeed's JSON has no key for
-#: them). ``zero2-offload-liger``: the recipe (ZeRO-2 + optimizer CPU offload) with Liger's fused linear
-#: cross-entropy (``--liger``, :mod:`cookbook.liger`): measured 1.35× tokens/s on the 3.4B recipe at 24 GiB,
-#: micro batch 32 instead of 16 (``docs/benchmarks.md`` §10). :func:`preset_plan` sets them, and ``cookbook
-#: config`` prints the ``cookbook launch`` command that applies them: the JSON alone trains without the lever.
+#: them). ``zero2-offload-liger``: the recipe (ZeRO-2 + optimizer CPU offload, fp32 states: exact Adam) with
+#: Liger's fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`), the measured recommendation for the
+#: 3.4B shape on one 24 GiB GPU: micro batch 24 ran 8,117 tokens/s, 1.32× the same recipe at micro batch 16
+#: without it (6,169, same device call; micro batch 28 ran out of GPU memory; ``docs/benchmarks.md`` §14,
+#: :data:`LIGER_RECOMMENDED`). :func:`preset_plan` sets them, and ``cookbook config`` prints the ``cookbook
+#: launch`` command that applies them: the JSON alone trains without the lever.
 PRESET_OPTIONS = {"zero2-offload-liger": {"liger": True}}
+
+#: The measured ``zero2-offload-liger`` run (``docs/benchmarks.md`` §14, ``data/reference/h200_levers_2026-12-02c.json``,
+#: names ``recipe-fp32`` / ``liger-fp32-24`` / ``liger-fp32-28``): 3.4B LLaMA shape, one H200 capped at 24 GiB, seq 1024,
+#: fp32 states, micro batch × accumulation 24 × 1.
+LIGER_RECOMMENDED = {"micro_batch": 24, "seq_len": 1024, "gpu_memory_gib": 24, "bf16_states": False,
+                     "tokens_per_s": 8117.0, "baseline_tokens_per_s": 6169.0, "ratio": 8117.0 / 6169.0,
+                     "reserved_gib": 22.7, "out_of_memory_micro_batch": 28, "source": "docs/benchmarks.md §14"}
 
 #: ``stage3_max_live_parameters`` / ``stage3_max_reuse_distance``: DeepSpeed's defaults (1e9), as in
 #: the HF ZeRO-3 example config. Lower them (e.g. 1e8) to save GPU memory at some speed cost.
@@ -1291,6 +1300,12 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
     text = ("liger: Liger's fused linear cross-entropy is a training-side option, not a DeepSpeed key: this JSON "
             "alone trains WITHOUT it (and micro batch sizes sized for it may not fit). Launch with --liger (NVIDIA "
             "GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
+    m = LIGER_RECOMMENDED
+    text += (f"\n  measured ({m['source']}): a 3.4B LLaMA on one {m['gpu_memory_gib']} GiB GPU at seq {m['seq_len']}, fp32 "
+             f"states, micro batch {m['micro_batch']} with --liger ran {m['tokens_per_s']:,.0f} tokens/s, "
+             f"{m['ratio']:.2f}x micro batch 16 without it ({m['reserved_gib']} GiB reserved; micro batch "
+             f"{m['out_of_memory_micro_batch']} ran out of memory): for another model or card, `cookbook estimate "
+             "... --liger` and keep >= 3 GiB free")
     if target == "trainer":
         text += ("\n  (HF Trainer: TrainingArguments(use_liger_kernel=True, liger_kernel_config={\"rope\": False, "
                  "\"cross_entropy\": False, \"fused_linear_cross_entropy\": True, \"rms_norm\": False, "
@@ -1441,7 +1456,7 @@ def config_world_size(cfg) -> tuple[int, str] | None:
     return None
 
 
-__all__ = ["check_bf16_states", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
+__all__ = ["check_bf16_states", "LIGER_RECOMMENDED", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
            "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",

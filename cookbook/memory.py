@@ -471,6 +471,16 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
     return {"layers": float(layers), "logits": float(logits), "total": float(total)}
 
 
+#: What the estimate misses with ``--liger`` at large micro batches, measured (``docs/benchmarks.md`` §14,
+#: ``data/reference/h200_levers_2026-12-02c.json``; 3.4B LLaMA shape, ZeRO-2 + optimizer offload, fp32 states, one
+#: H200 capped at 24 GiB): micro batch 24 peaked at 19.8 GiB allocated / 22.7 reserved against 13.6 / 20.6
+#: estimated, and micro batch 28 ran out of GPU memory where the estimate says 22.5 of 24 GiB. The peak moves
+#: from the loss phase to the backward once the logits are gone, which this estimate does not model.
+LIGER_MEASURED_GAP = ("Measured with --liger, the peak is above this estimate: 3.4B at micro batch 24 reserved 22.7 "
+                      "GiB (estimate 20.6) and micro batch 28 ran out of memory at 24 GiB (estimate 22.5): keep "
+                      "≥ 3 GiB below the card, as the measured micro batch 24 does (docs/benchmarks.md §14)")
+
+
 def liger_chunk_size(tokens: int, hidden_size: int, vocab_size: int) -> int:
     """Rows of logits Liger's fused linear cross-entropy computes at once (liger-kernel 0.8.5,
     ``liger_kernel/ops/fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward`` with its default
@@ -883,7 +893,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     if plan.liger:
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
-                       "fp32 logits (needs an NVIDIA GPU and liger-kernel)")
+                       "fp32 logits (needs an NVIDIA GPU and liger-kernel). " + LIGER_MEASURED_GAP)
 
     return MemoryEstimate(params=N, plan=plan, gpu_gib=gpu_gib, host_gib=host_gib, fits_gpu=bool(fits_gpu),
                           fits_host=fits_host, reasons=tuple(reasons), largest_layer_params=L,
@@ -1012,6 +1022,8 @@ class Decision:
         fitting: every estimate that fits, in that order (the recommended one first).
         candidates: every estimate considered.
         changes: when nothing fits, ``(change, estimate)`` pairs that would fit, smallest first.
+        larger_micro: the recommended variant at the largest micro batch that still fits with the same global
+            batch (:func:`larger_micro_batch`), or None (the asked micro batch is already the largest).
     """
 
     plan: Plan
@@ -1019,6 +1031,7 @@ class Decision:
     fitting: tuple
     candidates: tuple
     changes: tuple = ()
+    larger_micro: MemoryEstimate | None = None
 
     @property
     def fits(self) -> bool:
@@ -1048,6 +1061,8 @@ class Decision:
                     f"{c.plan.label}{' (bf16 states)' if c.bf16_states else ''} needs "
                     + (f"{c.gpu_gib['total']:.1f} GiB per GPU" if not c.fits_gpu else
                        f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped))
+            if self.larger_micro is not None:
+                out.append("    " + larger_micro_line(e, self.larger_micro))
             for other in self.fitting[1:4]:
                 out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
         else:
@@ -1096,7 +1111,8 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec)
     fitting = tuple(e for e in cands if e.fits)
     if fitting:
-        return Decision(plan, fitting[0], fitting, tuple(cands))
+        return Decision(plan, fitting[0], fitting, tuple(cands),
+                        larger_micro=larger_micro_batch(fitting[0], spec=spec, device=device))
 
     def first_fit(p: Plan, b16=bf16_states):
         return next((e for e in _candidates(p, bf16_states=b16, device=device, spec=spec) if e.fits), None)
@@ -1134,6 +1150,67 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
         changes.append((f"GPUs with {need} GiB (have {plan.gpu_memory_gib:g})"
                         + (f" and {host} GiB host RAM" if host and host != plan.host_memory_gib else ""), e))
     return Decision(plan, None, (), tuple(cands), tuple(changes))
+
+
+#: Measured gain of fewer, larger micro batches at the same global batch (16 sequences of 1024 tokens per
+#: optimizer step), LLaMA-7B on one H200 capped at 24 GiB, ZeRO-3 with optimizer and parameters on the CPU, bf16
+#: states (``docs/benchmarks.md`` §14, ``data/reference/h200_levers_2026-12-02c.json``): tokens/s at
+#: micro batch × accumulation 2 × 8, 8 × 2 and 16 × 1.
+LARGER_MICRO_MEASURED = {"model": "llama-7b", "variant": "ZeRO-3 + opt→cpu + param→cpu (bf16 states)",
+                         "tokens_per_s": {"2x8": 1381.0, "8x2": 3724.0, "16x1": 4332.0},
+                         "source": "docs/benchmarks.md §14"}
+
+
+def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") -> MemoryEstimate | None:
+    """The variant of estimate ``e`` at the largest micro batch that still fits (GPU and host), the global batch
+    kept exactly: micro batch × accumulation unchanged, the micro batch a divisor of it above ``e``'s.
+
+    Why it matters: with ZeRO-3 and offloaded parameters every micro batch moves all 16-bit parameters over PCIe
+    for its forward and its backward, and with any optimizer offload under ZeRO-3 its 16-bit gradients go to the
+    CPU after each micro batch (the traffic model of ``docs/benchmarks.md`` §5, ``benchmarks/report.py``
+    ``pcie_bytes``); fewer micro batches move less. Measured: :data:`LARGER_MICRO_MEASURED` (3.14× at 16 × 1 vs
+    2 × 8). The fit is :func:`estimate`'s (within +4 % of the reserved peak measured at 16 × 1 there: 19.0
+    estimated vs 18.2 GiB).
+
+    Returns:
+        the :class:`MemoryEstimate` of the larger micro batch, or None when none above ``e.plan.micro_batch`` fits
+        (or ``e`` itself does not fit).
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    if not e.fits:
+        return None
+    p = e.plan
+    total = p.micro_batch * p.grad_accum
+    for mb in (m for m in range(total, p.micro_batch, -1) if total % m == 0):
+        bigger = estimate(p.replace(micro_batch=mb, grad_accum=total // mb), bf16_states=e.bf16_states, spec=spec,
+                          device=device)
+        if bigger.fits:
+            return bigger
+    return None
+
+
+def larger_micro_line(e: MemoryEstimate, bigger: MemoryEstimate) -> str:
+    """One sentence for :func:`larger_micro_batch`'s answer: the options, its GPU need, and why it is faster for
+    ``e``'s variant (with the measured ratio and its source)."""
+    p, q = e.plan, bigger.plan
+    if p.zero_stage == 3 and p.offload_param != "none":
+        m = LARGER_MICRO_MEASURED["tokens_per_s"]
+        why = (f"each micro batch moves every 16-bit parameter over PCIe for its forward and backward, so "
+               f"{p.grad_accum} micro batches per step become {q.grad_accum}"
+               + ("" if p.offload_param == "cpu" else " (from the SSD: each micro batch reads the weights again)")
+               + f"; measured on LLaMA-7B with the parameters in host RAM: 16 × 1 ran "
+               f"{m['16x1'] / m['2x8']:.2f}× the tokens/s of 2 × 8 ({LARGER_MICRO_MEASURED['source']})")
+    elif p.zero_stage == 3 and p.offload_optimizer != "none":
+        why = (f"each micro batch sends its 16-bit gradients to the CPU (2 bytes per parameter), so {p.grad_accum} "
+               f"trips per step become {q.grad_accum} (docs/benchmarks.md §5's traffic model; not measured at "
+               "this variant)")
+    else:
+        why = "fewer, larger micro batches keep the GPU busier (not measured at this variant)"
+    return (f"faster at the same global batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} fits "
+            f"(GPU {bigger.gpu_gib['total']:.1f}/{q.gpu_memory_gib:g} GiB, against {e.gpu_gib['total']:.1f} at "
+            f"{p.micro_batch} × {p.grad_accum}): {why}")
 
 
 def fixes_that_fit(plan: Plan, *, exclude: MemoryEstimate | None = None, device: str = "cuda",
@@ -1629,6 +1706,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -170,3 +170,40 @@ def test_offload_choice_says_one_rounding_and_the_alternatives():
     assert choose_offload_run(Plan(**LLAMA, host_memory_gib=64), nvme_ok=True,
                               nvme_free_gib=need + 0.1).kind == "NVMe offload"
     assert desk.to_dict()["plan"]["micro_batch"] == 2 and desk.to_dict()["nvme_disk_needed_gib"] == pytest.approx(need, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# the same global batch in fewer, larger micro batches (issue 19 item 5: 16 × 1 ran 3.14× 2 × 8)
+
+def test_larger_micro_batch_keeps_the_global_batch_and_is_the_largest_that_fits():
+    from cookbook.memory import larger_micro_batch, larger_micro_line
+    full = estimate(Plan(**LLAMA, host_memory_gib=125.8), bf16_states=True)
+    bigger = larger_micro_batch(full)
+    # every divisor of 16 above 2, estimated independently: the largest that fits is the answer
+    fits = {mb: estimate(Plan(**dict(LLAMA, micro_batch=mb, grad_accum=16 // mb), host_memory_gib=125.8),
+                         bf16_states=True).fits for mb in (4, 8, 16)}
+    assert fits[16] and bigger.plan.micro_batch == 16 and bigger.plan.grad_accum == 1
+    assert bigger.bf16_states and bigger.plan.label == full.plan.label
+    line = larger_micro_line(full, bigger)
+    assert "--micro-batch 16 --grad-accum 1" in line and f"{4332 / 1381:.2f}×" in line and "§14" in line
+    # parameters on the GPU (the run file's variant): 16 × 1 does not fit 24 GiB, 8 × 2 does
+    opt = estimate(Plan(**dict(LLAMA, offload_param="none"), host_memory_gib=125.8), bf16_states=True)
+    assert not estimate(Plan(**dict(LLAMA, offload_param="none", micro_batch=16, grad_accum=1), host_memory_gib=125.8),
+                        bf16_states=True).fits_gpu
+    got = larger_micro_batch(opt)
+    assert (got.plan.micro_batch, got.plan.grad_accum) == (8, 2)
+    assert "8 trips per step become 2" in larger_micro_line(opt, got)
+    # no larger micro batch: accumulation 1, or nothing above fits
+    assert larger_micro_batch(bigger) is None
+    assert larger_micro_batch(estimate(Plan(**dict(LLAMA, offload_param="none", micro_batch=8, grad_accum=2),
+                                            host_memory_gib=125.8), bf16_states=True)) is None
+
+
+def test_decision_names_the_larger_micro_batch():
+    from cookbook.memory import decide
+    d = decide(Plan(**LLAMA, host_memory_gib=64))     # NVMe offload on the article's desktop
+    assert d.recommended.plan.offload_param == "nvme"
+    assert d.larger_micro is not None and d.larger_micro.plan.micro_batch == 16
+    text = "\n".join(d.lines())
+    assert "faster at the same global batch: --micro-batch 16 --grad-accum 1" in text
+    assert "reads the weights again" in text   # NVMe: the measured ratio is for parameters in host RAM
