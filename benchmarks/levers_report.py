@@ -3,6 +3,7 @@
     python -m benchmarks.levers_report      # reads data/reference/raw/h200_levers_call*_levers.json
     python -m benchmarks.levers_report --baselines   # 2026-12-02: the HF Trainer baselines (raw: *_session3_*)
     python -m benchmarks.levers_report --same-call   # 2026-12-02 (later): loop vs Trainer in one call (*_session4_*)
+    python -m benchmarks.levers_report --session5    # 2026-12-02 session 5: exact-Adam levers, LLaMA-7B (*_session5_*)
 
 Writes ``data/reference/h200_levers_2026-12-01.json`` (issue 19: every run with its DeepSpeed config,
 command, tokens/s, s/step, peaks, DeepSpeed's wall-clock breakdown, floor and RTX 4090 projection; the
@@ -19,7 +20,7 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.report import RTX4090, floor_and_projection
+from benchmarks.report import RTX4090, RTX4090_CEILINGS, floor, floor_and_projection
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "data" / "reference" / "raw"
@@ -37,14 +38,16 @@ COMMANDS = {
 }
 
 
-def _row(r: dict, call: str, ceil: dict) -> dict:
+def _row(r: dict, call: str, ceil: dict, num_params: int = N_3B) -> dict:
+    """One run of a raw levers.json as a reference row; ``num_params`` is the model's parameter count (the floor
+    and projection's N: the 3.4B shape unless said)."""
     keep = ("name", "status", "message", "tokens_per_s", "tokens_per_s_mean", "step_time_s", "tokens_per_step",
             "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib", "step_times_s", "losses",
             "command", "deepspeed_config", "config_changes", "env", "cores", "duration_s", "wall_s", "breakdown")
     row = {k: r.get(k) for k in keep}
     v = r.get("variant") or {}
     row["call"] = call
-    row["num_params"] = N_3B  # every levers run is the 3.4B shape (benchmarks/models/llama-3b)
+    row["num_params"] = num_params  # the 3.4B shape (benchmarks/models/llama-3b) unless the caller says otherwise
     row["group"] = "levers"  # cookbook.reference.REFERENCE_SELECTION: shown beside notebooks 04 and 06's runs
     row["lever"] = {k: v.get(k) for k in ("micro_batch", "bf16_states", "zenflow", "zenflow_native", "liger", "bind")}
     row["note"] = v.get("note")
@@ -54,16 +57,19 @@ def _row(r: dict, call: str, ceil: dict) -> dict:
     micro = [b for b in bd if "fwd_microstep" in b][1:]
     opt = [b for b in bd if "optimizer_step" in b][1:]
     if micro:
-        row["breakdown_median_ms"] = {k: statistics.median(b[k] for b in micro if k in b)
-                                      for k in ("fwd_microstep", "bwd_microstep", "step_microstep")}
-        if opt:
-            row["breakdown_median_ms"].update({k: statistics.median(b[k] for b in opt if k in b)
-                                               for k in ("optimizer_gradients", "optimizer_step")})
+        row["breakdown_median_ms"] = _medians(micro, ("fwd_microstep", "bwd_microstep", "step_microstep"))
+        # ZeRO-3 prints no optimizer_gradients timer: only the keys a run printed
+        row["breakdown_median_ms"].update(_medians(opt, ("optimizer_gradients", "optimizer_step")))
     if r.get("status") == "ok" and r.get("step_time_s") and r.get("plan"):
         row["floor"], row["projection_rtx4090"] = floor_and_projection(
-            {"num_params": N_3B, "plan": r["plan"]}, ceil, r["step_time_s"],
+            {"num_params": num_params, "plan": r["plan"]}, ceil, r["step_time_s"],
             "same achieved/floor as measured on the H200 (docs/benchmarks.md §5)")
     return row
+
+
+def _medians(entries: list[dict], keys: tuple[str, ...]) -> dict:
+    """Median of each key over the breakdown entries that have it (keys no entry has are left out)."""
+    return {k: statistics.median(b[k] for b in entries if k in b) for k in keys if any(k in b for b in entries)}
 
 
 def call1_ceilings(c1: dict) -> tuple[dict, dict]:
@@ -393,6 +399,241 @@ def build_same_call() -> dict:
     }
 
 
+OUT_SESSION5 = ROOT / "data" / "reference" / "h200_levers_2026-12-02c.json"
+#: Session 5's raw levers.json files per device call, in the order they ran (their ``started`` stamps).
+SESSION5_RAW = {"call1": ("h200_levers_session5_call1_levers.json",),
+                "call2": ("h200_levers_session5_call2_7b_levers.json", "h200_levers_session5_call2_liger28_levers.json"),
+                "call3": ("h200_levers_session5_call3_zenflow_liger_levers.json",
+                          "h200_levers_session5_call3_7b_levers.json")}
+#: Issue 19's recipe baseline with bf16 states, 8,283 tokens/s: issue 19's text (the 2026-12-01 record quotes it only
+#: in setup.wall_clock_breakdown, "8,122-8,283 measured without it"; no run of data/reference holds it).
+ISSUE19_BF16_BASELINE = 8283.0
+#: Notebook 06's own GPU run (docs/gpu, LLaMA-7B, 2 x 8): its results file and run name.
+NB06_RESULTS = ROOT / "docs" / "gpu" / "gpu-1x24gib" / "06_final_1x4090" / "results.json"
+NB06_RUN = "ZeRO-3 + opt→cpu + param→cpu"
+
+
+def _session5_commands() -> dict:
+    """The device commands of session 5 (docs/benchmarks.md §14), each ``--deadline-s`` read from its raw record."""
+    dl = {f: json.loads((RAW / f).read_text())["deadline_s"] for fs in SESSION5_RAW.values() for f in fs}
+    setup = ". benchmarks/device/setup.sh (carry: .whl, .debs); "
+    lev = "python3 -m benchmarks.levers"
+    c1, (c2a, c2b), (c3a, c3b) = SESSION5_RAW["call1"][0], SESSION5_RAW["call2"], SESSION5_RAW["call3"]
+    return {
+        "call1": f"{setup}{lev} --out $OUT/levers --deadline-s {dl[c1]:.0f} --plan call3 --phases ''",
+        "call2": f"{setup}{lev} --out $OUT/levers7b --work /tmp/lev7b --deadline-s {dl[c2a]:.0f} --plan call4 --only "
+                 f"7b-2x8,7b-16x1,7b-16x1-bind --phases ''; then {lev} --deadline-s {dl[c2b]:.0f} --plan call3 --only "
+                 "liger-fp32-28 --phases ''",
+        "call3": f"{setup}{lev} --deadline-s {dl[c3a]:.0f} --plan call3 --only zenflow-liger-fp32-24 --phases ''; then "
+                 f"{lev} --work /tmp/lev7b --deadline-s {dl[c3b]:.0f} --plan call4 --only 7b-16x1-bind,7b-8x2 "
+                 "--phases ''",
+    }
+
+
+def _n_7b(r: dict) -> int:
+    """LLaMA-7B's parameter count from the cookbook (``model_spec("llama-7b")``), checked against the count the run
+    recorded (``details.inputs.num_params``) where it has one."""
+    from cookbook.models import model_spec
+    n = model_spec("llama-7b").num_params
+    rec = ((r.get("details") or {}).get("inputs") or {}).get("num_params")
+    if rec is not None and rec != n:
+        raise ValueError(f"{r['name']}: the run recorded {rec:,} parameters, the cookbook's llama-7b has {n:,}")
+    return n
+
+
+def build_session5() -> dict:
+    """Issue 19, session 5 (2026-12-02; three device calls on one H200 capped at 24 GiB): the exact-Adam (fp32
+    states) recipe beside ZenFlow without overlap_step, Liger at micro 24/28, both, and the HF Trainer with the LLaMA
+    article's config (call 1, one call); LLaMA-7B on one rank, ZeRO-3 with optimizer and parameters on the CPU, at
+    2 x 8, 8 x 2, 16 x 1 and 16 x 1 with DeepSpeed's core binding (calls 2 and 3). docs/benchmarks.md §14 is the
+    account. Floors and projections with 2026-12-01 call 1's ceilings (none measured that day); the 7B rows with
+    LLaMA-7B's parameter count. Raises KeyError if a run the findings compare is missing from the raw files."""
+    ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
+    raws = {f: json.loads((RAW / f).read_text()) for fs in SESSION5_RAW.values() for f in fs}
+    rows = []
+    for call, files in SESSION5_RAW.items():
+        for f in files:
+            for r in raws[f]["runs"]:
+                row = _row(r, call, ceil, _n_7b(r) if r["name"].startswith("7b-") else N_3B)
+                g = (r.get("plan") or {}).get("grad_accum") or 1
+                if row.get("breakdown_median_ms"):
+                    row["breakdown_per"] = (f"optimizer step: DeepSpeed's micro timers summed over its {g} micro "
+                                            f"step(s), printed once per step")
+                    row["breakdown_median_ms_all_steps"] = _medians(
+                        [b for b in r["breakdown"] if "fwd_microstep" in b],
+                        ("fwd_microstep", "bwd_microstep", "step_microstep")) | _medians(
+                        [b for b in r["breakdown"] if "optimizer_step" in b], ("optimizer_gradients", "optimizer_step"))
+                row["raw_file"] = f
+                rows.append(row)
+    by = {r["name"]: r for r in rows}
+    ok = {n: r for n, r in by.items() if r["status"] == "ok"}
+    tps = {n: r["tokens_per_s"] for n, r in ok.items()}
+    opt = {n: (r.get("breakdown_median_ms") or {}).get("optimizer_step") for n, r in ok.items()}
+    opt_all = {n: (r.get("breakdown_median_ms_all_steps") or {}).get("optimizer_step") for n, r in ok.items()}
+    rf, zf, lg, ta = (tps[k] for k in ("recipe-fp32", "zenflow-fp32-seq", "liger-fp32-24", "trainer-article"))
+    b2, b8, b16, bb = (tps[k] for k in ("7b-2x8", "7b-8x2", "7b-16x1", "7b-16x1-bind"))
+    proj = {n: r["projection_rtx4090"]["tokens_per_s"] for n, r in ok.items()}
+    old = {r["name"]: r for r in json.loads(OUT.read_text())["runs"]}
+    liger_check = json.loads(OUT_BASELINES.read_text())["liger_check"]
+    nb06 = json.loads(NB06_RESULTS.read_text())["runs"][NB06_RUN]["tokens_per_s"]
+    m1 = json.loads((RAW / "h200_levers_session5_call1_machine.json").read_text())
+    m3 = json.loads((RAW / "h200_levers_session5_call3_machine.json").read_text())
+    same_machine = {k: v for k, v in m1.items() if k != "disk_free_gib"} == \
+        {k: v for k, v in m3.items() if k != "disk_free_gib"}
+    # the 4090 floor's terms for the 7B rows (benchmarks.report.floor under RTX4090_CEILINGS): which one sets the step
+    t4090 = {n: floor({"num_params": ok[n]["num_params"], "plan": ok[n]["plan"]}, RTX4090_CEILINGS)
+             for n in ("7b-2x8", "7b-8x2", "7b-16x1")}
+    terms = "; ".join(f"{n}: compute {t['t_compute_s']:.1f} s, PCIe {t['t_pcie_s']:.1f} s, CPU Adam "
+                      f"{t['t_cpu_adam_s']:.1f} s" for n, t in t4090.items())
+    pcie_top = [n for n, t in t4090.items() if t["t_pcie_s"] >= max(t["t_compute_s"], t["t_cpu_adam_s"])]
+    pcie_not = [n for n in t4090 if n not in pcie_top]
+    cookbook3 = [ok[n] for n in ("recipe-fp32", "zenflow-fp32-seq", "liger-fp32-24")]
+    zf_cfg = by["zenflow-fp32-seq"]["deepspeed_config"]["zero_optimization"]["zenflow"]
+    zl, l28 = by["zenflow-liger-fp32-24"], by["liger-fp32-28"]
+    fb = {n: ok[n]["breakdown_median_ms"]["fwd_microstep"] + ok[n]["breakdown_median_ms"]["bwd_microstep"]
+          for n in ("7b-2x8", "7b-16x1")}
+    g2 = ok["7b-2x8"]["plan"]["grad_accum"]
+    bind = ok["7b-16x1-bind"]
+    host7b = max(ok[n]["host_peak_gib"] for n in ("7b-2x8", "7b-8x2", "7b-16x1"))
+    return {
+        **_header("h200_levers_session5_call1_machine.json",
+                  "issue 19, session 5: the exact-Adam (fp32 states) recipe's levers in one call (ZenFlow without "
+                  "overlap_step, Liger at micro 24 and 28, both, the HF Trainer with the LLaMA article's config; 3.4B "
+                  "LLaMA shape, ZeRO-2 + optimizer offload) and LLaMA-7B itself on one rank (ZeRO-3, optimizer and "
+                  "parameters on the CPU, bf16 states; micro batch x accumulation at 16 sequences per step, and "
+                  "DeepSpeed's core binding); one H200 capped at 24 GiB, seq 1024, bf16, gradient checkpointing",
+                  _session5_commands()),
+        "machine_note": "machine from call 1's machine.json; call 3's is the same except disk_free_gib"
+                        if same_machine else "call 1's and call 3's machine.json differ: see the raw files",
+        "calls": {call: {"raw": list(files), "started": [raws[f]["started"] for f in files],
+                         "deadline_s": [raws[f]["deadline_s"] for f in files]} for call, files in SESSION5_RAW.items()},
+        "setup": {**SETUP_MODEL_DATA,
+                  "model_7b": f"llama-7b, the cookbook's shipped architecture (data/models/llama-7b, "
+                              f"{ok['7b-16x1']['num_params']:,} parameters: cookbook.models.model_spec, the same in "
+                              "each 7B record), random weights",
+                  "rows": "every run: one example per row, cut to exactly 1024 tokens (the cookbook with packing=False, "
+                          "the Trainer's tokenize)",
+                  "states": "3.4B cookbook rows: fp32 states (exact Adam); trainer-article: the article's config (fp32 "
+                            "states); 7B rows: bf16 states (bf16_master_weights_and_grads, bf16_optimizer_states)",
+                  "tokens_per_s": "median over the steps after the first",
+                  "breakdown_median_ms": "DeepSpeed's wall-clock timers (ms), median over the steps after the first "
+                                         "(as tokens_per_s). Under Accelerate engine.step() runs at the accumulation "
+                                         "boundary only and the timers reset when printed, so each printed "
+                                         "fwd_microstep / bwd_microstep is the sum over the step's micro steps: per "
+                                         "optimizer step (= per micro step where grad_accum is 1; the 7B rows at "
+                                         "2 x 8 and 8 x 2 sum 8 and 2); see each row's breakdown_per",
+                  "breakdown_median_ms_all_steps": "the same medians with the first step included: the values of "
+                                                   "docs/benchmarks.md §14's LLaMA-7B table (its 3.4B table's "
+                                                   "optimizer_step uses the steps after the first)"},
+        "ceilings": ceil,
+        "ceilings_note": "from 2026-12-01 call 1 (data/reference/h200_levers_2026-12-01.json): none measured on 2026-12-02",
+        "rtx4090_model": RTX4090,
+        "projection_note": "RTX 4090 projection: the 4090's serial floor (rtx4090_model: 165.2 TFLOP/s bf16, PCIe 4.0 "
+                           f"x16 at {RTX4090['h2d_gb_s']:.0f} GB/s each way, CPU Adam {RTX4090['cpu_adam_params_per_s']:.1e} "
+                           "params/s) over the achieved/serial-floor fraction measured on the H200: it assumes the same "
+                           "fraction on the 4090. The 7B rows' floor carries ZeRO-3's parameter-offload traffic, 4N*G "
+                           "bytes up and 2N*G down per step (benchmarks.report.pcie_bytes), so the 4090's PCIe 4.0 x16 "
+                           f"term grows with the accumulation: {terms}. It is the largest term at "
+                           f"{', '.join(pcie_top) or 'no row'}; at {', '.join(pcie_not) or 'no row'} compute and CPU Adam "
+                           "are larger. "
+                           f"The 7B rows also assume the host RAM they used here ({host7b:.1f} GiB with bf16 states) and "
+                           "the floor's CPU Adam rate is fp32 DeepSpeedCPUAdam's (2026-12-01 call 1).",
+        "runs": rows,
+        "ratios_same_call": {
+            "liger_fp32_24_over_recipe_fp32 (call 1)": lg / rf,
+            "zenflow_fp32_seq_over_recipe_fp32 (call 1)": zf / rf,
+            "recipe_fp32_over_trainer_article (call 1)": rf / ta,
+            "liger_fp32_24_over_trainer_article (call 1)": lg / ta,
+            "zenflow_fp32_seq_optimizer_step_over_recipe_fp32s (call 1, breakdown medians)":
+                opt["zenflow-fp32-seq"] / opt["recipe-fp32"],
+            "7b_16x1_over_7b_2x8 (call 2)": b16 / b2,
+        },
+        "ratios_across_calls": {
+            "7b_16x1_bind (call 3) optimizer_step over 7b_16x1's (call 2), medians of the steps after the first":
+                opt["7b-16x1-bind"] / opt["7b-16x1"],
+            "7b_16x1_bind (call 3) optimizer_step over 7b_16x1's (call 2), medians of all steps (docs §14)":
+                opt_all["7b-16x1-bind"] / opt_all["7b-16x1"],
+            "7b_16x1_bind (call 3) over 7b_16x1 (call 2)": bb / b16,
+            "7b_16x1_bind (call 3) over 7b_2x8 (call 2)": bb / b2,
+            "7b_8x2 (call 3) over 7b_2x8 (call 2)": b8 / b2,
+            "liger_fp32_24 (call 1) over issue 19's 8,283 bf16-states baseline (issue text)":
+                lg / ISSUE19_BF16_BASELINE,
+        },
+        "findings": [
+            f"Issue 19's bar of 6x the HF Trainer with the LLaMA article's config is missed: in the same call (call 1, "
+            f"Trainer + article {ta:,.0f} tokens/s) recipe-fp32 (exact Adam) runs {rf / ta:.2f}x and Liger at micro 24 "
+            f"{lg / ta:.2f}x, {100 * (1 - lg / ta / 6):.0f} % short of 6x: 6x is {6 * ta:,.0f} tokens/s, "
+            f"{6 * ta / lg:.2f}x Liger micro 24's {lg:,.0f}.",
+            f"Issue 19's bar of >= 1.6x the recipe is missed: Liger at micro 24 runs {lg / rf:.2f}x recipe-fp32 in the "
+            f"same call (1.6x: {1.6 * rf:,.0f} tokens/s), and {lg / ISSUE19_BF16_BASELINE:.2f}x issue 19's 8,283 "
+            "tokens/s baseline with bf16 states: the same speed with exact Adam, without bf16 states' quality cost "
+            "(+148 % last-20 loss, h200_quality_2026-12-02.json). What stands in the way is the CPU Adam term, not "
+            f"overlapped: optimizer_step {min(opt[r['name']] for r in cookbook3) / 1000:.2f}-"
+            f"{max(opt[r['name']] for r in cookbook3) / 1000:.2f} s of a {min(r['step_time_s'] for r in cookbook3):.2f}-"
+            f"{max(r['step_time_s'] for r in cookbook3):.2f} s step (recipe-fp32, zenflow-fp32-seq, liger-fp32-24) runs "
+            "after the backward while the GPU waits.",
+            f"ZenFlow without overlap_step gains {100 * (zf / rf - 1):.0f} % ({zf:,.0f} vs {rf:,.0f} tokens/s, same call): "
+            f"its CPU update still runs in the step; the selective update every {zf_cfg['update_interval']} steps "
+            f"lowers optimizer_step by {100 * (1 - opt['zenflow-fp32-seq'] / opt['recipe-fp32']):.0f} % only "
+            f"({opt['zenflow-fp32-seq']:,.0f} vs {opt['recipe-fp32']:,.0f} ms), and its GPU-side top-k states take "
+            f"{ok['zenflow-fp32-seq']['peak_gpu_allocated_gib'] - ok['recipe-fp32']['peak_gpu_allocated_gib']:.1f} GiB "
+            f"({ok['zenflow-fp32-seq']['peak_gpu_allocated_gib']:.1f} vs {ok['recipe-fp32']['peak_gpu_allocated_gib']:.1f} "
+            "GiB allocated), which blocks a larger micro batch: with Liger at micro 24 (call 3) it ran out of GPU "
+            f"memory after {len(zl['step_times_s'])} steps (tried {zl['message'].split('allocate ')[1].split(';')[0]}). "
+            f"With overlap_step it ran {old['zenflow-fp32']['tokens_per_s']:,.0f} tokens/s before the host OOM of "
+            "2026-12-01 and needs +16 B/parameter of host RAM (docs/benchmarks.md §13).",
+            f"Liger's largest micro batch under the 24 GiB cap with fp32 states is 24 "
+            f"({ok['liger-fp32-24']['peak_gpu_allocated_gib']:.1f} / {ok['liger-fp32-24']['peak_gpu_reserved_gib']:.1f} "
+            f"GiB allocated / reserved); micro 28 (call 2) ran out of GPU memory after {len(l28['step_times_s'])} step "
+            f"(tried {l28['message'].split('allocate ')[1].split(';')[0]} at {l28['peak_gpu_allocated_gib']:.1f} GiB "
+            "allocated). Liger's loss is the exact cross-entropy: quality-neutral (2026-12-02 liger_check, tiny-llama on "
+            f"the GPU: {liger_check['liger']['first_loss']} -> {liger_check['liger']['last_loss']} with it, "
+            f"{liger_check['plain']['first_loss']} -> {liger_check['plain']['last_loss']} without).",
+            f"LLaMA-7B on one rank capped at 24 GiB (ZeRO-3, optimizer and parameters on the CPU, bf16 states, 16 "
+            f"sequences of 1024 per step): 16 x 1 runs {b16:,.0f} tokens/s = {b16 / b2:.2f}x notebook 06's 2 x 8 "
+            f"({b2:,.0f}; same call, call 2) at {ok['7b-16x1']['peak_gpu_reserved_gib']:.1f} GiB reserved; 8 x 2 "
+            f"{b8:,.0f} = {b8 / b2:.2f}x (call 3 vs call 2). ZeRO-3 with offloaded parameters moves every parameter "
+            f"over PCIe for each micro batch's forward and backward: fwd + bwd {fb['7b-2x8']:,.0f} ms per step at "
+            f"2 x 8 vs {fb['7b-16x1']:,.0f} at 16 x 1, {(fb['7b-2x8'] - fb['7b-16x1']) / (g2 - 1) / 1000:.1f} s per "
+            "extra micro batch.",
+            f"Core binding is harmful here: DeepSpeed's layout (cores {bind['cores'][0]}-{bind['cores'][-1]}, "
+            f"OMP_NUM_THREADS {bind['env']['OMP_NUM_THREADS']}, OMP_PROC_BIND {bind['env']['OMP_PROC_BIND']}, "
+            f"OMP_PLACES {bind['env']['OMP_PLACES']}; call 3) made the CPU Adam step "
+            f"{opt['7b-16x1-bind'] / opt['7b-16x1']:.1f}x slower than 7b-16x1 without it (optimizer_step "
+            f"{opt['7b-16x1-bind'] / 1000:.1f} s vs {opt['7b-16x1'] / 1000:.1f} s, steps after the first; "
+            f"{opt_all['7b-16x1-bind'] / opt_all['7b-16x1']:.1f}x with the first step, as §14 reads it) and the run "
+            f"{bb / b16:.2f}x as fast (call 3 vs call 2). Do not pin OpenMP threads for a rank that also runs the CPU "
+            "optimizer.",
+            "Liger does not apply at ZeRO-3 (refused, cookbook/liger.py); ZenFlow needs fp32 states with DeepSpeed "
+            f"0.19.8 (refused with bf16 master weights), which for LLaMA-7B do not fit this {m1['host_memory_gib']:.1f} "
+            "GiB host.",
+            f"Notebook 06's own GPU run (docs/gpu, 2 x 8) measured {nb06:,.0f} tokens/s, {b2 / nb06:.1f}x below 7b-2x8: "
+            "its config has pin_memory false and packs the shipped short examples; which of the two costs what is not "
+            "measured (not_run).",
+            f"RTX 4090 projection of the recommended rows (a model, projection_note): Liger micro 24 "
+            f"{proj['liger-fp32-24']:,.0f} tokens/s (recipe-fp32 {proj['recipe-fp32']:,.0f}, Trainer + article "
+            f"{proj['trainer-article']:,.0f}: {proj['liger-fp32-24'] / proj['trainer-article']:.2f}x there); LLaMA-7B "
+            f"16 x 1 {proj['7b-16x1']:,.0f} (2 x 8 {proj['7b-2x8']:,.0f}: {proj['7b-16x1'] / proj['7b-2x8']:.2f}x), with "
+            f"the host RAM of this machine ({host7b:.1f} GiB used).",
+        ],
+        "not_run": [
+            *[dict(n, ran_since=next(c for c, fs in SESSION5_RAW.items() for f in fs if c != "call1"
+                                     and any(r["name"] == n["name"] for r in raws[f]["runs"])))
+              for n in raws[SESSION5_RAW["call1"][0]]["not_run"]],
+            {"name": "7b-16x1-bind in call 2", "why": "stopped at its wall-clock limit (149 s, the end of the call: "
+             "h200_levers_session5_call2_7b_driver.log) before it recorded; no record", "ran_since": "call3"},
+            {"name": "Liger at micro 26 (between 24, which fits, and 28, out of GPU memory)",
+             "why": "device time (this session's 30 minutes: these three calls)"},
+            {"name": "notebook 06's GPU run split into pin_memory and packing",
+             "why": f"device time: its {nb06:,.0f} tokens/s vs 7b-2x8's {b2:,.0f} is not yet split between "
+                    "pin_memory false and packed short examples"},
+            {"name": "ZenFlow and Liger 150-step loss curves (3.4B)",
+             "why": "device time; Liger computes the exact loss (2026-12-02 liger_check: identical losses with and "
+                    "without it) and ZenFlow without overlap_step showed no speed gain worth a curve (1.02x)"},
+        ],
+    }
+
+
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(description="Rebuild one levers reference file from data/reference/raw/ (module "
@@ -400,8 +641,13 @@ def main(argv=None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--baselines", action="store_true", help=f"write {OUT_BASELINES.name} (the HF Trainer baselines)")
     g.add_argument("--same-call", action="store_true", help=f"write {OUT_SAME_CALL.name} (the loop vs the Trainer)")
+    g.add_argument("--session5", action="store_true",
+                   help=f"write {OUT_SESSION5.name} (session 5: exact-Adam levers, LLaMA-7B on one rank)")
     a = p.parse_args(argv)
-    if a.same_call:
+    if a.session5:
+        ref = build_session5()
+        OUT_SESSION5.write_text(json.dumps(ref, indent=1, default=str) + "\n")
+    elif a.same_call:
         ref = build_same_call()
         OUT_SAME_CALL.write_text(json.dumps(ref, indent=1, default=str) + "\n")
     elif a.baselines:

@@ -335,15 +335,32 @@ def host_memory_needed_gib(plan: Plan) -> float | None:
     return cpu / 2**30
 
 
-def host_memory_short(plan: Plan) -> bool:
-    """True when the plan's ``host_memory_gib`` is known and below :func:`host_memory_needed_gib`.
+#: What ``pin_memory: false`` costs, measured (``docs/benchmarks.md`` §15, ``data/reference/raw/h200_levers_session6_*``):
+#: LLaMA-7B on one H200 capped at 24 GiB, ZeRO-3 with optimizer and parameters on the CPU, bf16 states, 2 × 8 × 1024
+#: tokens per step: 1,381 tokens/s pinned (2026-12-02, session 5 call 2) against 458 unpinned (session 6 call 1).
+PIN_MEMORY_OFF_COST = {"pinned_tokens_per_s": 1381.0, "unpinned_tokens_per_s": 458.0, "source": "docs/benchmarks.md §15"}
+
+
+def host_memory_short(plan: Plan, *, bf16_states: bool = False) -> bool:
+    """True when the plan's ``host_memory_gib`` is known and below the cookbook's host-RAM estimate of the run with
+    pinned buffers (:func:`cookbook.memory.estimate` with ``bf16_states``: its pinned power-of-two rounding and
+    staging included; within ±15 % of the measured host peak on the GPU runs, e.g. LLaMA-7B with full offload and
+    bf16 states: 101.4 GiB estimated, 102.2 measured). When the model is unknown to the estimator, DeepSpeed's own
+    estimate with its 1.5× buffer factor (:func:`host_memory_needed_gib`) decides.
 
     Pinned (page-locked) host memory cannot be swapped out, so with short RAM ``pin_memory: true``
-    turns a slow run into a killed one (DeepSpeed docs, ``offload_optimizer.pin_memory``).
+    turns a slow run into a killed one (DeepSpeed docs, ``offload_optimizer.pin_memory``). Turning it off is not
+    free: :data:`PIN_MEMORY_OFF_COST` (3.0× slower measured), so only a real shortage turns it off. (Until
+    2026-12-02 DeepSpeed's fp32-states estimate decided, also for bf16 states: LLaMA-7B on a 125.8 GiB machine ran
+    unpinned although its 102 GiB fit.)
     """
     if plan.host_memory_gib is None or plan.offload_optimizer == "none" and plan.offload_param == "none":
         return False
-    need = host_memory_needed_gib(plan)
+    try:
+        from .memory import estimate
+        need = estimate(plan, bf16_states=bf16_states and plan.precision == "bf16").host_gib["total"]
+    except Exception:  # noqa: BLE001 — a model the estimator cannot size: DeepSpeed's estimate decides
+        need = host_memory_needed_gib(plan)
     return need is not None and need > plan.host_memory_gib
 
 
@@ -542,7 +559,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     zero: dict[str, Any] = {"stage": plan.zero_stage}
     if plan.zero_stage > 0:
         buckets = bucket_sizes(spec.hidden_size)
-        pin = not host_memory_short(plan)
+        pin = not host_memory_short(plan, bf16_states=bf16_states)
         if plan.offload_optimizer != "none":
             block: dict[str, Any] = {"device": plan.offload_optimizer, "pin_memory": pin}
             if plan.offload_optimizer == "nvme":
@@ -1459,5 +1476,5 @@ def config_world_size(cfg) -> tuple[int, str] | None:
 __all__ = ["check_bf16_states", "LIGER_RECOMMENDED", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
            "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
-           "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "preset_plan",
+           "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "PIN_MEMORY_OFF_COST", "preset_plan",
            "register", "stdout_to_stderr"]

@@ -86,11 +86,26 @@ KNOWN_NCCL_VARS = (
 )
 #: Prefixes / names of environment variables recorded in the facts.
 _ENV_PREFIXES = ("NCCL", "CUDA_", "DS_", "ACCELERATE_", "TORCH_", "PYTORCH_", "OMP_", "MKL_", "HF_",
-                 "HUGGING_FACE_", "TRANSFORMERS_", "CCL_", "MASTER_", "WANDB_", "KMP_")
+                 "HUGGING_FACE_", "TRANSFORMERS_", "CCL_", "MASTER_", "WANDB_", "KMP_", "GOMP_")
 _ENV_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LD_LIBRARY_PATH", "CFLAGS",
               "LDFLAGS", "CXX", "CC", "TOKENIZERS_PARALLELISM", "NVIDIA_VISIBLE_DEVICES")
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 SECRET_MASK = "<set>"
+
+#: OpenMP variables that pin threads to cores (OpenMP spec "OMP_PROC_BIND", "OMP_PLACES"; libgomp's
+#: GOMP_CPU_AFFINITY; Intel/LLVM libomp's KMP_AFFINITY), in the order :func:`omp_binding_vars` reports them.
+OMP_BINDING_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+#: KMP_AFFINITY words that bind threads, and those that turn binding off (Intel OpenMP "Thread Affinity Interface").
+_KMP_BINDING_WORDS = ("granularity", "compact", "scatter", "explicit", "balanced")
+_KMP_NO_BINDING_WORDS = ("disabled", "none")
+#: The measured cost of pinned OpenMP threads in the rank that runs DeepSpeed's CPU Adam: docs/benchmarks.md §14
+#: (2026-12-02, one H200 capped at 24 GiB, LLaMA-7B ZeRO-3 with optimizer and parameters on the CPU, micro batch 16):
+#: 7b-16x1-bind (OMP_PROC_BIND=close, OMP_PLACES=cores, 15 threads on cores 1–15: DeepSpeed's core layout) in
+#: data/reference/raw/h200_levers_session5_call3_7b_levers.json against 7b-16x1 (no binding) in
+#: data/reference/raw/h200_levers_session5_call2_7b_levers.json; optimizer_step is the median of DeepSpeed's
+#: wall-clock breakdown per step, tokens/s the median over the steps after the first.
+OMP_BINDING_COST = {"source": "docs/benchmarks.md §14", "optimizer_step_s_bound": 18.1, "optimizer_step_s_free": 1.7,
+                    "slowdown": 10.7, "tokens_per_s_bound": 793, "tokens_per_s_free": 4332}
 
 #: Packages for the version check, with the pip name for the fix.
 _PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("transformers", "transformers"),
@@ -1199,6 +1214,91 @@ def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
     return checks
 
 
+def omp_binding_vars(env: dict) -> dict[str, str]:
+    """The variables of ``env`` that pin OpenMP threads to cores, name -> value (empty: threads are free to move).
+
+    * ``OMP_PROC_BIND``: any value other than ``false`` (``true``, ``close``, ``spread``, ``master``, ``primary``
+      or a list of them); empty counts as unset.
+    * ``OMP_PLACES``, ``GOMP_CPU_AFFINITY``: any value, unless ``OMP_PROC_BIND=false``, which disables thread
+      affinity and so the places and libgomp's CPU list (OpenMP spec "OMP_PROC_BIND"; libgomp manual
+      "GOMP_CPU_AFFINITY": "when OMP_PROC_BIND is set to FALSE, the host system handles the assignment").
+    * ``KMP_AFFINITY`` (Intel/LLVM OpenMP): a value naming ``granularity``, ``compact``, ``scatter``, ``explicit``
+      or ``balanced``, and not ``disabled`` or ``none``.
+
+    Why it matters: :func:`cpu_adam_binding_check` (measured cost: docs/benchmarks.md §14,
+    data/reference/raw/h200_levers_session5_call3_7b_levers.json).
+    """
+    found: dict[str, str] = {}
+    bind = str(env.get("OMP_PROC_BIND") or "").strip()
+    disabled = bind.lower() == "false"
+    if bind and not disabled:
+        found["OMP_PROC_BIND"] = bind
+    for name in ("OMP_PLACES", "GOMP_CPU_AFFINITY"):
+        value = str(env.get(name) or "").strip()
+        if value and not disabled:
+            found[name] = value
+    kmp = str(env.get("KMP_AFFINITY") or "").strip()
+    words = [w.strip().split("=")[0].lower() for w in kmp.split(",")]
+    if any(w in _KMP_BINDING_WORDS for w in words) and not any(w in _KMP_NO_BINDING_WORDS for w in words):
+        found["KMP_AFFINITY"] = kmp
+    return found
+
+
+def cpu_adam_binding_check(env: dict, plan: Plan | None) -> Check | None:
+    """Pinned OpenMP threads in a rank that runs DeepSpeed's CPU Adam: ``warn`` with the measured cost and the fix.
+
+    DeepSpeedCPUAdam does the optimizer step on the host, with OpenMP threads, whenever the optimizer is
+    offloaded (``cpu`` and ``nvme`` alike). Measured (docs/benchmarks.md §14, 2026-12-02, one H200, LLaMA-7B
+    ZeRO-3 with the optimizer on the CPU; raw: data/reference/raw/h200_levers_session5_call3_7b_levers.json, run
+    ``7b-16x1-bind``, against ``7b-16x1`` in data/reference/raw/h200_levers_session5_call2_7b_levers.json):
+    DeepSpeed's core layout (cores 1–15) with ``OMP_PROC_BIND=close``, ``OMP_PLACES=cores`` made the CPU Adam
+    10.7× slower (optimizer_step 18.1 s vs 1.7 s per step) and the run 0.18× as fast (793 vs 4,332 tokens/s).
+
+    Args:
+        env: the environment the ranks inherit (the facts' ``env``, or ``os.environ`` in ``cookbook launch``).
+        plan: the planned run; None, or no optimizer offload: no verdict.
+
+    Returns:
+        None without a plan or optimizer offload; else a :class:`Check` named ``omp_binding``: ``warn`` naming
+        the variables found (:func:`omp_binding_vars`) with their values, ``ok`` when none is set.
+    """
+    if plan is None or plan.offload_optimizer not in ("cpu", "nvme"):
+        return None
+    c = OMP_BINDING_COST
+    measured = (f"measured in {c['source']} (one H200, LLaMA-7B ZeRO-3, optimizer on the CPU): DeepSpeed's core "
+                f"layout (cores 1–15) with OMP_PROC_BIND=close made the CPU Adam {c['slowdown']}× slower "
+                f"(optimizer_step {c['optimizer_step_s_bound']} s vs {c['optimizer_step_s_free']} s per step) and the "
+                f"run {c['tokens_per_s_bound'] / c['tokens_per_s_free']:.2f}× as fast ({c['tokens_per_s_bound']:,} vs "
+                f"{c['tokens_per_s_free']:,} tokens/s)")
+    where = ("DeepSpeed's CPU Adam (optimizer offloaded to " + plan.offload_optimizer
+             + (": its states live on the SSD, its step runs on the host" if plan.offload_optimizer == "nvme" else "")
+             + ")")
+    found = omp_binding_vars(env)
+    if not found:
+        return Check("omp_binding", "ok", "no OpenMP thread binding set",
+                     f"the rank runs {where} with its OpenMP threads free to move, as it should: {measured}")
+    return Check("omp_binding", "warn", ", ".join(f"{k}={v}" for k, v in found.items()),
+                 f"{' and '.join(found)} pin{'s' if len(found) == 1 else ''} the OpenMP threads of the rank that runs "
+                 f"{where}: {measured}",
+                 f"unset {' '.join(found)} before launching, and do not bind cores (`deepspeed --bind_cores_to_rank`, "
+                 "`accelerate launch --enable_cpu_affinity`) for a run whose optimizer step runs on the CPU")
+
+
+def cpu_adam_binding_warning(env: dict, plan: Plan | None) -> str | None:
+    """The one line ``cookbook launch`` prints before it starts the ranks (``[env] warning: ...``), or None:
+    :func:`cpu_adam_binding_check`'s warning (source: docs/benchmarks.md §14,
+    data/reference/raw/h200_levers_session5_call3_7b_levers.json) as value, reason and fix."""
+    c = cpu_adam_binding_check(env, plan)
+    if c is None or c.status != "warn":
+        return None
+    return f"[env] warning: {c.name}: {c.value}: {c.reason}. Fix: {c.fix}"
+
+
+def _check_omp_binding(facts: dict, plan: Plan | None) -> list[Check]:
+    c = cpu_adam_binding_check(facts.get("env") or {}, plan)
+    return [] if c is None else [c]
+
+
 def recommended_env(facts: dict, plan: Plan | None = None) -> dict[str, str]:
     """Environment variables to set for the training processes on this machine.
 
@@ -1253,7 +1353,8 @@ def _check_recommended(facts: dict, rec: dict[str, str]) -> Check:
     return Check("recommended_env", "ok", ", ".join(f"{k}={v}" for k, v in rec.items()), "already set")
 
 
-RULES = (_check_versions, _check_gpus, _check_rtx40, _check_p2p, _check_build, _check_memory, _check_nvme)
+RULES = (_check_versions, _check_gpus, _check_rtx40, _check_p2p, _check_build, _check_memory, _check_nvme,
+         _check_omp_binding)
 
 
 def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict | str | None = None,

@@ -1021,6 +1021,12 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         elif plan.liger:
             print("[liger] Liger fused linear cross-entropy: the loss without the full logits tensor "
                   "(--liger; the DeepSpeed config has no key for it)", flush=True)
+    # pinned OpenMP threads in the ranks' environment slow DeepSpeed's CPU Adam (docs/benchmarks.md §14): a warning,
+    # printed even when quiet (under --json it goes to stderr), never a refusal
+    from .env import cpu_adam_binding_warning
+    binding = cpu_adam_binding_warning({**os.environ, **(env or {})}, plan)
+    if binding:
+        print(binding, flush=True)
 
     # the config built from the plan when the user gave none
     if ds_config is None:

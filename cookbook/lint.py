@@ -1090,13 +1090,16 @@ def _rule_offload(ctx: _Ctx) -> None:
                                offload_param=dev("offload_param") if stage == 3 else "none",
                                nvme_path=plan.nvme_path or "/nvme", num_gpus=ctx.world_size or plan.num_gpus,
                                num_machines=1 if (ctx.world_size or plan.num_gpus) % plan.num_machines else plan.num_machines)
-            from .dsconfig import host_memory_needed_gib, host_memory_short
-            if host_memory_short(eff):
-                need = host_memory_needed_gib(eff)
+            from .dsconfig import host_memory_short
+            from .memory import estimate
+            bf16 = ctx.cfg.get("bf16") if isinstance(ctx.cfg.get("bf16"), dict) else {}
+            b16 = bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
+            if host_memory_short(eff, bf16_states=b16):
+                need = estimate(eff, bf16_states=b16, ds_config=ctx.cfg).host_gib["total"]
                 ctx.add(WARNING, pinned[0] if len(pinned) == 1 else "zero_optimization",
-                        f"pin_memory true while host RAM is short: DeepSpeed estimates {need:.0f} GiB per machine for "
-                        f"the offloaded model states, the plan has {plan.host_memory_gib:g} GiB; pinned pages cannot be "
-                        "swapped out, so the run gets killed instead of slowing down",
+                        f"pin_memory true while host RAM is short: the cookbook estimates {need:.0f} GiB per machine "
+                        f"for this run with pinned buffers, the plan has {plan.host_memory_gib:g} GiB; pinned pages "
+                        "cannot be swapped out, so the run gets killed instead of slowing down",
                         _pin_memory_fix(eff, ctx.cfg))
         except Exception:  # noqa: BLE001 — estimate unavailable (model unknown): skip this check
             pass
@@ -1117,12 +1120,14 @@ def _pin_memory_fix_checked(plan: Plan, cfg: dict) -> str:
     from .memory import estimate, fixes_that_fit
     bf16 = cfg.get("bf16") if isinstance(cfg.get("bf16"), dict) else {}
     b16 = bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
+    from .dsconfig import PIN_MEMORY_OFF_COST as c
     est = estimate(plan, bf16_states=b16, ds_config=cfg)
     unpinned = est.host_gib["total"] - est.host_gib.get("pinned_rounding", 0.0)
     if unpinned <= plan.host_memory_gib:
         return (f"set pin_memory to false: unpinned, the host buffers need about {unpinned:.0f} GiB (the cookbook's "
                 f"estimate without the power-of-two rounding of pinned blocks), which fits {plan.host_memory_gib:g} GiB; "
-                "transfers get slower")
+                f"transfers get slower (measured {c['pinned_tokens_per_s'] / c['unpinned_tokens_per_s']:.1f}x slower "
+                f"end to end with full offload, {c['source']}): more host RAM is the better fix")
     fixes = fixes_that_fit(plan, exclude=est)
     head = (f"pin_memory false does not help: the states alone need about {unpinned:.0f} GiB > "
             f"{plan.host_memory_gib:g} GiB. ")

@@ -237,6 +237,95 @@ def test_no_nvme_checks_without_nvme_plan():
     assert "libaio" not in r.names()
 
 
+# ---------------------------------------------------------------- OpenMP binding vs DeepSpeed's CPU Adam
+OFFLOAD_PLAN = Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+RAW = Path(__file__).resolve().parent.parent / "data" / "reference" / "raw"
+
+
+def test_omp_proc_bind_close_with_cpu_offload_warns_with_cost_and_fix():
+    f = facts("h200x2_recorded")
+    f["env"]["OMP_PROC_BIND"] = "close"
+    r = env.check(OFFLOAD_PLAN, f)
+    c = r["omp_binding"]
+    assert c.status == "warn" and c in r.warnings and c not in r.failed  # a warning, never a failure
+    assert c.value == "OMP_PROC_BIND=close"
+    assert "10.7× slower" in c.reason and "18.1 s vs 1.7 s" in c.reason and "docs/benchmarks.md §14" in c.reason
+    assert "793 vs 4,332 tokens/s" in c.reason and "0.18×" in c.reason
+    assert c.fix.startswith("unset OMP_PROC_BIND before launching")
+    assert "--bind_cores_to_rank" in c.fix and "--enable_cpu_affinity" in c.fix
+    line = env.cpu_adam_binding_warning(f["env"], OFFLOAD_PLAN)
+    assert line == f"[env] warning: omp_binding: OMP_PROC_BIND=close: {c.reason}. Fix: {c.fix}"
+    assert "[WARN] omp_binding: OMP_PROC_BIND=close" in str(r)
+    # NVMe optimizer offload runs the same CPU Adam
+    nvme = OFFLOAD_PLAN.replace(offload_optimizer="nvme", offload_param="nvme", nvme_path="/mnt/nvme")
+    assert env.check(nvme, f)["omp_binding"].status == "warn"
+
+
+def test_omp_places_warns_and_names_every_variable_in_the_unset():
+    f = facts("rtx4090x1_driver535")
+    f["env"].update(OMP_PLACES="cores", GOMP_CPU_AFFINITY="1-15")
+    c = env.check(OFFLOAD_PLAN.replace(zero_stage=2, offload_param="none"), f)["omp_binding"]
+    assert c.status == "warn" and c.value == "OMP_PLACES=cores, GOMP_CPU_AFFINITY=1-15"
+    assert c.fix.startswith("unset OMP_PLACES GOMP_CPU_AFFINITY before launching")
+
+
+def test_omp_binding_off_or_no_optimizer_offload_is_no_finding():
+    f = facts("h200x2_recorded")
+    f["env"]["OMP_PROC_BIND"] = "false"
+    c = env.check(OFFLOAD_PLAN, f)["omp_binding"]
+    assert c.status == "ok" and c.value == "no OpenMP thread binding set"
+    assert env.cpu_adam_binding_warning(f["env"], OFFLOAD_PLAN) is None
+    f["env"]["OMP_PROC_BIND"] = "close"
+    for plan in (None, Plan(model="llama-7b", num_gpus=1, zero_stage=3),
+                 Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_param="cpu")):  # parameters only: GPU Adam
+        assert "omp_binding" not in env.check(plan, f).names()
+        assert env.cpu_adam_binding_warning(f["env"], plan) is None
+
+
+@pytest.mark.parametrize("variables,found", [
+    ({"OMP_PROC_BIND": "TRUE"}, {"OMP_PROC_BIND": "TRUE"}),
+    ({"OMP_PROC_BIND": "spread,close"}, {"OMP_PROC_BIND": "spread,close"}),
+    ({"OMP_PROC_BIND": "primary"}, {"OMP_PROC_BIND": "primary"}),
+    ({"OMP_PROC_BIND": ""}, {}),
+    ({"OMP_PROC_BIND": "False", "OMP_PLACES": "cores"}, {}),  # OpenMP: false disables affinity, places included
+    ({"KMP_AFFINITY": "granularity=fine,compact,1,0"}, {"KMP_AFFINITY": "granularity=fine,compact,1,0"}),
+    ({"KMP_AFFINITY": "disabled"}, {}),
+    ({"KMP_AFFINITY": "verbose,none"}, {}),
+    ({"OMP_NUM_THREADS": "15"}, {}),
+])
+def test_omp_binding_vars(variables, found):
+    assert env.omp_binding_vars(variables) == found
+
+
+def test_binding_variables_reach_the_facts_and_the_measured_layout_warns():
+    """The live facts' env (relevant_env) keeps every binding variable, and the env of the measured run
+    (7b-16x1-bind in the raw record) fires the check; the message's numbers are that record's."""
+    raw = json.loads((RAW / "h200_levers_session5_call3_7b_levers.json").read_text())
+    bound = next(r for r in raw["runs"] if r["name"] == "7b-16x1-bind")
+    free = next(r for r in json.loads((RAW / "h200_levers_session5_call2_7b_levers.json").read_text())["runs"]
+                if r["name"] == "7b-16x1")
+    assert bound["variant"]["env"] == {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores", "OMP_NUM_THREADS": "15"}
+    assert bound["plan"]["offload_optimizer"] == "cpu"
+    kept = env.relevant_env({**bound["variant"]["env"], "GOMP_CPU_AFFINITY": "1-15", "KMP_AFFINITY": "compact",
+                             "HOME": "/root"})
+    assert kept == {"GOMP_CPU_AFFINITY": "1-15", "KMP_AFFINITY": "compact", **bound["variant"]["env"]}
+    c = env.cpu_adam_binding_check(kept, Plan(**bound["plan"]))
+    assert c.status == "warn" and "OMP_PROC_BIND=close" in c.value and "OMP_PLACES=cores" in c.value
+    assert c.fix.startswith("unset OMP_PROC_BIND OMP_PLACES GOMP_CPU_AFFINITY KMP_AFFINITY ")
+
+    def median(xs):
+        xs = sorted(xs)
+        return (xs[len(xs) // 2] + xs[(len(xs) - 1) // 2]) / 2
+    step = {name: median([b["optimizer_step"] for b in r["breakdown"] if "optimizer_step" in b]) / 1000
+            for name, r in (("bound", bound), ("free", free))}
+    cost = env.OMP_BINDING_COST
+    assert round(step["bound"], 1) == cost["optimizer_step_s_bound"] == 18.1
+    assert round(step["free"], 1) == cost["optimizer_step_s_free"] == 1.7
+    assert round(step["bound"] / step["free"], 1) == cost["slowdown"] == 10.7
+    assert round(bound["tokens_per_s"]) == cost["tokens_per_s_bound"] == 793
+    assert round(free["tokens_per_s"]) == cost["tokens_per_s_free"] == 4332
+
+
 # ---------------------------------------------------------------- all-reduce results in facts
 def test_p2p_hang_becomes_fail_with_fix():
     f = facts("rtx4090x4_driver560")

@@ -619,3 +619,28 @@ def test_a_compiling_op_is_start_up_progress_and_a_hang_names_its_limit(tmp_path
     assert status == "hang" and details == {"hang_timeout_s": 1.5, "phase": "startup"}
     assert message.startswith("no output from rank 0 for 2 s before its first training step")
     assert "--startup-timeout" in message and "NCCL" not in message                  # no GPU: no NCCL advice
+
+
+def test_pinned_openmp_threads_with_cpu_adam_warn_before_launch_and_do_not_refuse(tmp_path, monkeypatch, capsys):
+    """OMP_PROC_BIND in the env the ranks inherit (os.environ, or launch(env=...)) with the optimizer on the CPU: one
+    `[env] warning:` line, env.cpu_adam_binding_warning's text (docs/benchmarks.md §14), and the run still goes on."""
+    from cookbook.env import cpu_adam_binding_warning
+    for name in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY"):
+        monkeypatch.delenv(name, raising=False)
+    offload = plan(zero_stage=2, offload_optimizer="cpu")
+    monkeypatch.setenv("OMP_PROC_BIND", "close")
+    res = launch(offload, tmp_path / "a", dry_run=True, progress=False)
+    assert res.status == "dry_run", res.message
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[env] warning:")]
+    assert lines == [cpu_adam_binding_warning({"OMP_PROC_BIND": "close"}, offload)]
+    assert "OMP_PROC_BIND=close" in lines[0] and "10.7× slower" in lines[0] and "unset OMP_PROC_BIND" in lines[0]
+    # no optimizer offload: no line; OMP_PROC_BIND=false with places given through launch(env=...): no line either
+    res = launch(plan(zero_stage=2), tmp_path / "b", dry_run=True, progress=False)
+    assert res.status == "dry_run" and "[env] warning" not in capsys.readouterr().out
+    monkeypatch.setenv("OMP_PROC_BIND", "false")
+    res = launch(offload, tmp_path / "c", dry_run=True, progress=False, env={"OMP_PLACES": "cores"})
+    assert res.status == "dry_run" and "[env] warning" not in capsys.readouterr().out
+    # the places given to the ranks through launch(env=...) count, as the ranks inherit them
+    monkeypatch.delenv("OMP_PROC_BIND")
+    res = launch(offload, tmp_path / "d", dry_run=True, progress=False, env={"OMP_PLACES": "cores"})
+    assert res.status == "dry_run" and "[env] warning: omp_binding: OMP_PLACES=cores" in capsys.readouterr().out
