@@ -4,6 +4,7 @@
     python -m benchmarks.levers_report --baselines   # 2026-12-02: the HF Trainer baselines (raw: *_session3_*)
     python -m benchmarks.levers_report --same-call   # 2026-12-02 (later): loop vs Trainer in one call (*_session4_*)
     python -m benchmarks.levers_report --session5    # 2026-12-02 session 5: exact-Adam levers, LLaMA-7B (*_session5_*)
+    python -m benchmarks.levers_report --session6    # 2026-12-02 session 6: 7B variants, pin_memory, nb 06 (*_session6_*)
 
 Writes ``data/reference/h200_levers_2026-12-01.json`` (issue 19: every run with its DeepSpeed config,
 command, tokens/s, s/step, peaks, DeepSpeed's wall-clock breakdown, floor and RTX 4090 projection; the
@@ -408,9 +409,17 @@ SESSION5_RAW = {"call1": ("h200_levers_session5_call1_levers.json",),
 #: Issue 19's recipe baseline with bf16 states, 8,283 tokens/s: issue 19's text (the 2026-12-01 record quotes it only
 #: in setup.wall_clock_breakdown, "8,122-8,283 measured without it"; no run of data/reference holds it).
 ISSUE19_BF16_BASELINE = 8283.0
-#: Notebook 06's own GPU run (docs/gpu, LLaMA-7B, 2 x 8): its results file and run name.
+#: Notebook 06's own GPU run (docs/gpu, LLaMA-7B): its results file, run name and run folder (re-executed in session 6:
+#: 16 x 1 with pinned buffers, build_session6's notebook06-16x1).
 NB06_RESULTS = ROOT / "docs" / "gpu" / "gpu-1x24gib" / "06_final_1x4090" / "results.json"
 NB06_RUN = "ZeRO-3 + opt→cpu + param→cpu"
+NB06_DIR = NB06_RESULTS.parent / "cpu_offload"
+#: Notebook 06's GPU run before session 6 (2026-12-01, 2 x 8, pin_memory false, packed shipped chats), the number
+#: session 5 compared against: the files of docs/gpu were re-executed since, so it is pinned here with its source
+#: (tests/test_levers_report.py checks it against ``git show`` where the history is there).
+NB06_BEFORE = {"tokens_per_s": 450.595, "step_time_s": 36.3666, "micro_batch": 2, "grad_accum": 8,
+               "pin_memory": False, "commit": "a8674736e194e5b6fca00ca19b5819185bbd4ba3",
+               "path": "docs/gpu/gpu-1x24gib/06_final_1x4090/cpu_offload/summary.json"}
 
 
 def _session5_commands() -> dict:
@@ -441,6 +450,23 @@ def _n_7b(r: dict) -> int:
     return n
 
 
+def _lever_row(r: dict, call: str, ceil: dict, raw_file: str) -> dict:
+    """:func:`_row` of one run of a 2026-12-02 raw levers.json (sessions 5 and 6): the ``7b-*`` runs with LLaMA-7B's
+    parameter count, the others with the 3.4B shape's; where DeepSpeed printed its timers, what one printed entry
+    covers (``breakdown_per``) and the medians with the first step included; the raw file's name."""
+    row = _row(r, call, ceil, _n_7b(r) if r["name"].startswith("7b-") else N_3B)
+    g = (r.get("plan") or {}).get("grad_accum") or 1
+    if row.get("breakdown_median_ms"):
+        row["breakdown_per"] = (f"optimizer step: DeepSpeed's micro timers summed over its {g} micro "
+                                f"step(s), printed once per step")
+        row["breakdown_median_ms_all_steps"] = _medians(
+            [b for b in r["breakdown"] if "fwd_microstep" in b],
+            ("fwd_microstep", "bwd_microstep", "step_microstep")) | _medians(
+            [b for b in r["breakdown"] if "optimizer_step" in b], ("optimizer_gradients", "optimizer_step"))
+    row["raw_file"] = raw_file
+    return row
+
+
 def build_session5() -> dict:
     """Issue 19, session 5 (2026-12-02; three device calls on one H200 capped at 24 GiB): the exact-Adam (fp32
     states) recipe beside ZenFlow without overlap_step, Liger at micro 24/28, both, and the HF Trainer with the LLaMA
@@ -453,18 +479,7 @@ def build_session5() -> dict:
     rows = []
     for call, files in SESSION5_RAW.items():
         for f in files:
-            for r in raws[f]["runs"]:
-                row = _row(r, call, ceil, _n_7b(r) if r["name"].startswith("7b-") else N_3B)
-                g = (r.get("plan") or {}).get("grad_accum") or 1
-                if row.get("breakdown_median_ms"):
-                    row["breakdown_per"] = (f"optimizer step: DeepSpeed's micro timers summed over its {g} micro "
-                                            f"step(s), printed once per step")
-                    row["breakdown_median_ms_all_steps"] = _medians(
-                        [b for b in r["breakdown"] if "fwd_microstep" in b],
-                        ("fwd_microstep", "bwd_microstep", "step_microstep")) | _medians(
-                        [b for b in r["breakdown"] if "optimizer_step" in b], ("optimizer_gradients", "optimizer_step"))
-                row["raw_file"] = f
-                rows.append(row)
+            rows += [_lever_row(r, call, ceil, f) for r in raws[f]["runs"]]
     by = {r["name"]: r for r in rows}
     ok = {n: r for n, r in by.items() if r["status"] == "ok"}
     tps = {n: r["tokens_per_s"] for n, r in ok.items()}
@@ -475,7 +490,7 @@ def build_session5() -> dict:
     proj = {n: r["projection_rtx4090"]["tokens_per_s"] for n, r in ok.items()}
     old = {r["name"]: r for r in json.loads(OUT.read_text())["runs"]}
     liger_check = json.loads(OUT_BASELINES.read_text())["liger_check"]
-    nb06 = json.loads(NB06_RESULTS.read_text())["runs"][NB06_RUN]["tokens_per_s"]
+    nb06 = NB06_BEFORE["tokens_per_s"]  # the 2 x 8 run of its time (docs/gpu has been re-executed since)
     m1 = json.loads((RAW / "h200_levers_session5_call1_machine.json").read_text())
     m3 = json.loads((RAW / "h200_levers_session5_call3_machine.json").read_text())
     same_machine = {k: v for k, v in m1.items() if k != "disk_free_gib"} == \
@@ -634,6 +649,329 @@ def build_session5() -> dict:
     }
 
 
+OUT_SESSION6 = ROOT / "data" / "reference" / "h200_levers_2026-12-02d.json"
+#: Session 6's raw levers.json per device call (call 2 also executed notebook 06: NB06_DIR).
+SESSION6_RAW = {"call1": "h200_levers_session6_call1_levers.json", "call2": "h200_levers_session6_call2_levers.json"}
+#: call_notebooks.sh's deadline in call 2 (its first argument; the notebook's run records none).
+SESSION6_NOTEBOOK_DEADLINE_S = 400
+#: The rows whose memory estimate is recorded beside the measurement (``estimate_vs_measured``).
+SESSION6_ESTIMATED = ("7b-z3opt-2x8", "7b-z3opt-8x2", "notebook06-16x1", "liger-fp32-26")
+
+
+def _session6_commands() -> dict:
+    """The device commands of session 6, each ``--deadline-s`` read from its raw record."""
+    dl = {c: json.loads((RAW / f).read_text())["deadline_s"] for c, f in SESSION6_RAW.items()}
+    setup, lev = ". benchmarks/device/setup.sh; ", "python3 -m benchmarks.levers --out $OUT/levers"
+    return {"call1": f"{setup}{lev} --work /tmp/lev5 --deadline-s {dl['call1']:.0f} --plan call5 --phases ''",
+            "call2": f"{setup}{lev} --work /tmp/lev6 --deadline-s {dl['call2']:.0f} --plan call5 --only liger-fp32-26 "
+                     f"--phases ''; bash benchmarks/device/call_notebooks.sh {SESSION6_NOTEBOOK_DEADLINE_S} 06"}
+
+
+def _pin_memory(cfg: dict | None) -> dict:
+    """``pin_memory`` of each offload block of a DeepSpeed config (``{}`` without offload)."""
+    z = (cfg or {}).get("zero_optimization") or {}
+    return {k: z[k].get("pin_memory") for k in ("offload_optimizer", "offload_param") if isinstance(z.get(k), dict)}
+
+
+def _estimate_vs_measured(plan: dict, measured: dict, *, bf16_states: bool, ds_config: dict | None = None):
+    """(estimate, estimate-vs-measured rows) of a run: :func:`cookbook.memory.estimate` of ``Plan(**plan)`` (DeepSpeed's
+    default bucket sizes unless ``ds_config``) beside the measured peaks, through :func:`cookbook.memory.compare`
+    (GPU allocated = total − allocator overhead − CUDA context, reserved = total − CUDA context, host = host total;
+    error % = 100·(estimate − measured)/measured)."""
+    from cookbook.memory import compare, estimate
+    from cookbook.plan import Plan
+    e = estimate(Plan(**plan), bf16_states=bf16_states, ds_config=ds_config)
+    est = {"gpu_total_gib": e.gpu_gib["total"], "cuda_context_gib": e.gpu_gib.get("cuda_context", 0.0),
+           "allocator_overhead_gib": e.gpu_gib.get("allocator_overhead", 0.0), "gpu_reserved_gib": e.gpu_reserved_gib,
+           "gpu_allocated_gib": e.gpu_allocated_gib, "host_total_gib": e.host_gib["total"], "fits_gpu": e.fits_gpu}
+    rows = [{k: (None if v is None or v != v else float(v)) if k != "quantity" else v for k, v in row.items()}
+            for row in compare(e, measured).to_dict("records")]
+    return est, rows
+
+
+def _notebook06_run() -> dict:
+    """Notebook 06's run of session 6 (call 2, ``docs/gpu/gpu-1x24gib/06_final_1x4090/cpu_offload``: summary.json,
+    metrics.jsonl, ds_config.json, command.sh, run.json) in a raw levers run's keys, for :func:`_row`. Its
+    tokens/s and s/step are the summary's (median over the steps after the first, as the levers runs'). Raises
+    ValueError if the summary's plan is not the one run.json's arguments describe."""
+    s = json.loads((NB06_DIR / "summary.json").read_text())
+    args = json.loads((NB06_DIR / "run.json").read_text())["args"]
+    res = json.loads(NB06_RESULTS.read_text())["runs"][NB06_RUN]
+    metrics = [json.loads(x) for x in (NB06_DIR / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    plan = s["estimate"]["plan"]
+    keys = ("model", "seq_len", "micro_batch", "grad_accum", "precision", "zero_stage", "offload_optimizer",
+            "offload_param", "gradient_checkpointing", "liger")
+    if {k: plan[k] for k in keys} != {k: args[k] for k in keys} or plan["gpu_memory_gib"] != args["emulate_gpu_memory_gib"]:
+        raise ValueError(f"{NB06_DIR}: summary.json's plan {plan} is not run.json's arguments")
+    after = metrics[1:]
+    return {"name": "notebook06-16x1", "status": s["status"], "message": res["message"],
+            "tokens_per_s": s["tokens_per_s"], "step_time_s": s["step_time_s"],
+            "tokens_per_s_mean": sum(m["real_tokens"] for m in after) / sum(m["step_time_s"] for m in after),
+            "tokens_per_step": plan["micro_batch"] * plan["grad_accum"] * plan["num_gpus"] * plan["seq_len"],
+            **{k: s[k] for k in ("peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib")},
+            "step_times_s": [m["step_time_s"] for m in metrics], "losses": [m["loss"] for m in metrics],
+            "command": next(x for x in (NB06_DIR / "command.sh").read_text().splitlines() if x.startswith("accelerate")),
+            "deepspeed_config": json.loads((NB06_DIR / "ds_config.json").read_text()), "config_changes": [],
+            "duration_s": res.get("duration_s"), "breakdown": [], "plan": plan,
+            "details": {"inputs": {"num_params": s["num_params"]}},
+            "variant": {"micro_batch": args["micro_batch"], "bf16_states": args["bf16_states"], "zenflow": None,
+                        "zenflow_native": False, "liger": args["liger"], "bind": None,
+                        "note": "notebook 06 itself (cookbook run-all with notebooks/params/gpu-1x24gib.yaml): "
+                                "LLaMA-7B, ZeRO-3 with optimizer and parameters on the CPU, bf16 states, 16 x 1, "
+                                "packed rows of the shipped chats; its own config (no wall-clock timers)"},
+            "_summary": s}
+
+
+def build_session6() -> dict:
+    """Issue 19, session 6 (2026-12-02; two device calls on one H200 capped at 24 GiB): LLaMA-7B with ZeRO-3 +
+    optimizer offload and the parameters on the GPU (``notebooks/llama7b-1x4090.yaml``'s variant, bf16 states) at
+    2 x 8 and 8 x 2, notebook 06's 2 x 8 full offload with ``pin_memory: false`` (call 1); Liger at micro 26 with fp32
+    states and notebook 06 itself at 16 x 1 (call 2). Compared with session 5's rows
+    (:data:`OUT_SESSION5`) and notebook 06's run of 2026-12-01 (:data:`NB06_BEFORE`). Floors and projections with
+    2026-12-01 call 1's ceilings; the 7B rows with LLaMA-7B's parameter count. Raises KeyError if a run the findings
+    compare is missing."""
+    from cookbook.dsconfig import host_memory_needed_gib, host_memory_short
+    from cookbook.memory import estimate
+    from cookbook.plan import Plan
+    ceil, _ = call1_ceilings(json.loads((RAW / "h200_levers_call1_levers.json").read_text()))
+    raws = {c: json.loads((RAW / f).read_text()) for c, f in SESSION6_RAW.items()}
+    rows = [_lever_row(r, c, ceil, SESSION6_RAW[c]) for c, raw in raws.items() for r in raw["runs"]]
+    nb_run = _notebook06_run()
+    nb_summary = nb_run.pop("_summary")
+    nb = _row(nb_run, "call2", ceil, _n_7b(nb_run))
+    nb["raw_file"] = f"{NB06_DIR.relative_to(ROOT)}/ (summary.json, metrics.jsonl, ds_config.json, command.sh, run.json)"
+    nb["params_file"] = "notebooks/params/gpu-1x24gib.yaml (06_final_1x4090)"
+    nb["rows"] = nb_summary["rows"]
+    rows.append(nb)
+    raw_by = {r["name"]: r for raw in raws.values() for r in raw["runs"]}
+    for row in rows:
+        row["pin_memory"] = _pin_memory(row.get("deepspeed_config"))
+        if row["name"] in SESSION6_ESTIMATED:
+            lv, plan = row["lever"], dict(row["plan"], liger=bool(row["lever"].get("liger")))
+            measured = {k: row.get(k) for k in ("peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_peak_gib")}
+            row["estimate"], row["estimate_vs_measured"] = _estimate_vs_measured(
+                plan, measured, bf16_states=bool(lv.get("bf16_states")))
+            row["estimate"]["how"] = (f"cookbook.memory.estimate(Plan(**plan{', liger=True' if plan['liger'] else ''}),"
+                                      f" bf16_states={bool(lv.get('bf16_states'))}): DeepSpeed's default bucket sizes, "
+                                      "as the planner (cookbook estimate) sizes the run; compared by "
+                                      "cookbook.memory.compare (positive error: the estimate is conservative)")
+            if row["status"] != "ok":
+                row["estimate"]["measured_until"] = "the out-of-memory error (peaks of the steps before it)"
+            _, row["estimate_vs_measured_run_config"] = _estimate_vs_measured(
+                plan, measured, bf16_states=bool(lv.get("bf16_states")), ds_config=row["deepspeed_config"])
+    by = {r["name"]: r for r in rows}
+    ok = {n: r for n, r in by.items() if r["status"] == "ok"}
+    tps = {n: r["tokens_per_s"] for n, r in ok.items()}
+    bd = {n: r.get("breakdown_median_ms") or {} for n, r in ok.items()}
+    proj = {n: r["projection_rtx4090"]["tokens_per_s"] for n, r in ok.items()}
+    s5 = {r["name"]: r for r in json.loads(OUT_SESSION5.read_text())["runs"]}
+    s5bd = {n: r.get("breakdown_median_ms") or {} for n, r in s5.items()}
+    z2, z8, npin, n16 = (tps[k] for k in ("7b-z3opt-2x8", "7b-z3opt-8x2", "7b-2x8-nopin", "notebook06-16x1"))
+    p2, f16, f8 = (s5[k]["tokens_per_s"] for k in ("7b-2x8", "7b-16x1", "7b-8x2"))
+    before = NB06_BEFORE["tokens_per_s"]
+    m1 = json.loads((RAW / "h200_levers_session6_call1_machine.json").read_text())
+    m2 = json.loads((RAW / "h200_levers_session6_call2_machine.json").read_text())
+    same_machine = {k: v for k, v in m1.items() if k != "disk_free_gib"} == \
+        {k: v for k, v in m2.items() if k != "disk_free_gib"}
+    host = m1["host_memory_gib"]
+
+    def fb(b):
+        return b["fwd_microstep"] + b["bwd_microstep"]
+    # pin_memory: the host check before and after the fix, for notebook 06's plan on this host
+    pin_plan = Plan(**dict(ok["7b-2x8-nopin"]["plan"], host_memory_gib=host))
+    ds_need = host_memory_needed_gib(pin_plan)
+    ck_need = estimate(pin_plan, bf16_states=True).host_gib["total"]
+    short_now = host_memory_short(pin_plan, bf16_states=True)
+    # the run file's variant: 16 x 1 with the parameters on the GPU, and fp32 states (its default) at 8 x 2
+    z16 = estimate(Plan(**dict(ok["7b-z3opt-8x2"]["plan"], micro_batch=16, grad_accum=1)), bf16_states=True)
+    z8_fp32_host = estimate(Plan(**ok["7b-z3opt-8x2"]["plan"]), bf16_states=False).host_gib["total"]
+    l26, l24, l28 = by["liger-fp32-26"], s5["liger-fp32-24"], s5["liger-fp32-28"]
+    l26_recorded = raw_by["liger-fp32-26"]["details"]["estimate_gpu_gib"]
+    ev = {n: {e["quantity"]: e for e in by[n]["estimate_vs_measured"]} for n in SESSION6_ESTIMATED}
+    evr = {n: {e["quantity"]: e for e in by[n]["estimate_vs_measured_run_config"]} for n in SESSION6_ESTIMATED}
+
+    def evs(n, rc=False):
+        e = (evr if rc else ev)[n]
+        return " / ".join(f"{e[q]['estimate GiB']:.1f} vs {e[q]['measured GiB']:.1f} ({e[q]['error %']:+.1f} %)"
+                          for q in ("GPU allocated (peak)", "GPU reserved (peak)", "host RSS (peak)"))
+    sevens = [n for n in ok if ok[n]["num_params"] != N_3B]
+    t4090 = {n: floor({"num_params": ok[n]["num_params"], "plan": ok[n]["plan"]}, RTX4090_CEILINGS) for n in sevens}
+    terms = "; ".join(f"{n}: compute {t['t_compute_s']:.1f} s, PCIe {t['t_pcie_s']:.1f} s, CPU Adam "
+                      f"{t['t_cpu_adam_s']:.1f} s" for n, t in t4090.items())
+    pcie_top = [n for n, t in t4090.items() if t["t_pcie_s"] >= max(t["t_compute_s"], t["t_cpu_adam_s"])]
+    pcie_not = [n for n in t4090 if n not in pcie_top]
+    host7b = max(ok[n]["host_peak_gib"] for n in sevens)
+    a, b = ok["7b-z3opt-8x2"], s5["7b-16x1"]
+    gap = a["step_time_s"] - b["step_time_s"]
+    d_opt = bd["7b-z3opt-8x2"]["optimizer_step"] - s5bd["7b-16x1"]["optimizer_step"]
+    d_fb = fb(bd["7b-z3opt-8x2"]) - fb(s5bd["7b-16x1"])
+    src = f"git {NB06_BEFORE['commit'][:7]}:{NB06_BEFORE['path']}"
+    return {
+        **_header("h200_levers_session6_call1_machine.json",
+                  "issue 19, session 6: what the product recommends, measured on one H200 capped at 24 GiB: LLaMA-7B "
+                  "with ZeRO-3 + optimizer offload and the parameters on the GPU (notebooks/llama7b-1x4090.yaml's "
+                  "variant, bf16 states) at 2 x 8 and 8 x 2; notebook 06's 2 x 8 full offload with pin_memory false; "
+                  "Liger at micro 26 with fp32 states (3.4B LLaMA shape, ZeRO-2 + optimizer offload); notebook 06 "
+                  "itself re-executed at 16 x 1 with pinned buffers; seq 1024, bf16, gradient checkpointing",
+                  _session6_commands()),
+        "machine_note": "machine from call 1's machine.json; call 2's is the same except disk_free_gib"
+                        if same_machine else "call 1's and call 2's machine.json differ: see the raw files",
+        "calls": {c: {"raw": [f], "started": [raws[c]["started"]], "deadline_s": [raws[c]["deadline_s"]]}
+                  | ({"notebook": f"{NB06_DIR.relative_to(ROOT)} (benchmarks/device/call_notebooks.sh "
+                                  f"{SESSION6_NOTEBOOK_DEADLINE_S} 06, notebooks/params/gpu-1x24gib.yaml)"}
+                     if c == "call2" else {})
+                  for c, f in SESSION6_RAW.items()},
+        "setup": {**SETUP_MODEL_DATA,
+                  "model_7b": f"llama-7b, the cookbook's shipped architecture (data/models/llama-7b, "
+                              f"{ok['7b-z3opt-8x2']['num_params']:,} parameters: cookbook.models.model_spec, the same "
+                              "in each 7B record and notebook 06's summary), random weights",
+                  "data_notebook06": f"notebook06-16x1: the shipped chats ({nb['rows']['examples']:,} examples), "
+                                     "notebooks/params/gpu-1x24gib.yaml",
+                  "rows": {"levers runs": "one example per row, cut to exactly 1024 tokens (the cookbook with "
+                                          "packing=False)",
+                           "notebook06-16x1": f"the cookbook's default: the examples packed into "
+                                              f"{nb['rows']['rows']} rows of <= 1024 tokens (packing efficiency "
+                                              f"{100 * nb['rows']['packing_efficiency']:.2f} %, "
+                                              f"{nb['rows']['split_examples']} examples split), block-diagonal "
+                                              "causal masks on sdpa"},
+                  "states": "7B rows: bf16 states (bf16_master_weights_and_grads, bf16_optimizer_states); "
+                            "liger-fp32-26: fp32 states (exact Adam)",
+                  "tokens_per_s": "median over the steps after the first",
+                  "breakdown_median_ms": "DeepSpeed's wall-clock timers (ms), median over the steps after the first, "
+                                         "each printed fwd_microstep / bwd_microstep the sum over the step's micro "
+                                         "steps (per optimizer step; see each row's breakdown_per and "
+                                         "h200_levers_2026-12-02c.json's setup); notebook06-16x1 ran its own config "
+                                         "with wall_clock_breakdown false: no breakdown",
+                  "breakdown_median_ms_all_steps": "the same medians with the first step included",
+                  "estimate_vs_measured": "rows " + ", ".join(SESSION6_ESTIMATED) + ": cookbook.memory.estimate of "
+                                          "the row's plan (DeepSpeed's default bucket sizes, as the planner sizes "
+                                          "it) beside the measured peaks through cookbook.memory.compare; "
+                                          "estimate_vs_measured_run_config: the same with the run's DeepSpeed "
+                                          "config's bucket sizes (as the run's own summary.json compares)"},
+        "ceilings": ceil,
+        "ceilings_note": "from 2026-12-01 call 1 (data/reference/h200_levers_2026-12-01.json): none measured on 2026-12-02",
+        "rtx4090_model": RTX4090,
+        "projection_note": "RTX 4090 projection: the 4090's serial floor (rtx4090_model: 165.2 TFLOP/s bf16, PCIe 4.0 "
+                           f"x16 at {RTX4090['h2d_gb_s']:.0f} GB/s each way, CPU Adam {RTX4090['cpu_adam_params_per_s']:.1e} "
+                           "params/s) over the achieved/serial-floor fraction measured on the H200: it assumes the same "
+                           "fraction on the 4090. The floor's PCIe bytes per step (benchmarks.report.pcie_bytes): ZeRO-3 "
+                           "with the parameters offloaded 4N*G up and 2N*G down, with the parameters on the GPU 2N up and "
+                           f"2N*G down, so the term grows with the accumulation: {terms}. It is the largest term at "
+                           f"{', '.join(pcie_top) or 'no row'}; at {', '.join(pcie_not) or 'no row'} compute or CPU Adam "
+                           "is larger. The floor does not know pin_memory: 7b-2x8-nopin has 7b-2x8's floor and a lower "
+                           f"achieved fraction. The 7B rows also assume the host RAM they used here (up to {host7b:.1f} "
+                           "GiB with bf16 states) and the floor's CPU Adam rate is fp32 DeepSpeedCPUAdam's (2026-12-01 "
+                           "call 1).",
+        "runs": rows,
+        "ratios_same_call": {
+            "7b_z3opt_8x2_over_7b_z3opt_2x8 (call 1)": z8 / z2,
+        },
+        "ratios_across_calls": {
+            "7b_2x8 pinned (session 5 call 2) over 7b_2x8_nopin (call 1): the cost of pin_memory false": p2 / npin,
+            f"notebook06_16x1 (call 2) over notebook 06's GPU run of 2026-12-01, {before:,.0f} (2 x 8, pin_memory "
+            f"false; {src})": n16 / before,
+            "notebook06_16x1 (call 2) over 7b_16x1 (session 5 call 2): packed shipped chats vs one example per row, "
+            "same shape": n16 / f16,
+            f"7b_2x8_nopin (call 1) over notebook 06's {before:,.0f} ({src}): one example per row vs packed shipped "
+            "chats, same shape, both unpinned": npin / before,
+            "7b_16x1 full offload (session 5 call 2) over 7b_z3opt_8x2 (call 1): parameters offloaded vs on the GPU":
+                f16 / z8,
+            "7b_z3opt_8x2 (call 1) optimizer_step over 7b_16x1's (session 5 call 2), medians of the steps after the "
+            "first": bd["7b-z3opt-8x2"]["optimizer_step"] / s5bd["7b-16x1"]["optimizer_step"],
+            "7b_z3opt_8x2 (call 1) fwd+bwd over 7b_16x1's (session 5 call 2), medians of the steps after the first":
+                fb(bd["7b-z3opt-8x2"]) / fb(s5bd["7b-16x1"]),
+            "7b_z3opt_2x8 (call 1) over 7b_2x8 (session 5 call 2): parameters on the GPU vs offloaded at 2 x 8":
+                z2 / p2,
+            "7b_z3opt_8x2 (call 1) over 7b_8x2 (session 5 call 3): parameters on the GPU vs offloaded at 8 x 2":
+                z8 / f8,
+        },
+        "findings": [
+            f"pin_memory false costs {p2 / npin:.2f}x on LLaMA-7B with full offload (ZeRO-3, bf16 states, 2 x 8, one "
+            f"example per row): 7b-2x8 pinned {p2:,.0f} tokens/s (session 5 call 2) vs 7b-2x8-nopin {npin:,.0f} "
+            f"(call 1). The time is in the backward: bwd_microstep {bd['7b-2x8-nopin']['bwd_microstep']:,.0f} vs "
+            f"{s5bd['7b-2x8']['bwd_microstep']:,.0f} ms per step (fwd {bd['7b-2x8-nopin']['fwd_microstep']:,.0f} vs "
+            f"{s5bd['7b-2x8']['fwd_microstep']:,.0f}, optimizer_step {bd['7b-2x8-nopin']['optimizer_step']:,.0f} vs "
+            f"{s5bd['7b-2x8']['optimizer_step']:,.0f}); the host peak is {ok['7b-2x8-nopin']['host_peak_gib']:.1f} vs "
+            f"{s5['7b-2x8']['host_peak_gib']:.1f} GiB pinned. Notebook 06's config of 2026-12-01 had pin_memory false "
+            f"because the cookbook's host check used DeepSpeed's estimate with fp32 states ({ds_need:.1f} GiB with its "
+            f"1.5x buffer factor, cookbook.dsconfig.host_memory_needed_gib) against this {host:.1f} GiB host, where "
+            f"the cookbook's own estimate with bf16 states is {ck_need:.1f} GiB. Fixed: cookbook.dsconfig."
+            f"host_memory_short takes bf16_states and the cookbook's estimate; for this plan on this host it now says "
+            f"{'short' if short_now else 'not short'}, and notebook06-16x1's config has pin_memory "
+            + ", ".join(f"{str(v).lower()} ({k})" for k, v in nb["pin_memory"].items()) + ".",
+            f"Liger at micro 26 (fp32 states, call 2) ran out of GPU memory after {len(l26['step_times_s'])} step "
+            f"(tried {l26['message'].split('allocate ')[1].split(';')[0]} at {l26['peak_gpu_allocated_gib']:.1f} / "
+            f"{l26['peak_gpu_reserved_gib']:.1f} GiB allocated / reserved): micro 24 stays the largest measured that "
+            f"fits (liger-fp32-24, {l24['tokens_per_s']:,.0f} tokens/s, {l24['peak_gpu_allocated_gib']:.1f} / "
+            f"{l24['peak_gpu_reserved_gib']:.1f} GiB, session 5 call 1; micro 28 {l28['status']}, session 5 call 2). "
+            f"The cookbook estimates {l26['estimate']['gpu_total_gib']:.1f} GiB of 24 for micro 26 with Liger "
+            f"(allocated / reserved / host: {evs('liger-fp32-26')} measured up to the error): the estimator "
+            "under-counts Liger runs (cookbook.memory.LIGER_MEASURED_GAP). The run's own message quotes "
+            f"{l26_recorded:.1f} GiB: the estimate of its plan, which says liger false (benchmarks.levers turns Liger "
+            "on through LEVER_LIGER, not --liger).",
+            f"The run file's variant (ZeRO-3 + optimizer offload, parameters on the GPU; bf16 states here): 8 x 2 runs "
+            f"{z8:,.0f} tokens/s = {z8 / z2:.2f}x its 2 x 8 ({z2:,.0f}, same call), {a['step_time_s']:.2f} vs "
+            f"{ok['7b-z3opt-2x8']['step_time_s']:.2f} s/step (8 x 2's steps: "
+            f"{', '.join(f'{t:.2f}' for t in a['step_times_s'])} s; mean {a['tokens_per_s_mean']:,.0f} tokens/s). "
+            f"fwd+bwd {fb(bd['7b-z3opt-8x2']):,.0f} vs {fb(bd['7b-z3opt-2x8']):,.0f} ms per step, optimizer_step "
+            f"{bd['7b-z3opt-8x2']['optimizer_step']:,.0f} vs {bd['7b-z3opt-2x8']['optimizer_step']:,.0f}. "
+            f"Estimate vs measured at 8 x 2 (allocated / reserved / host GiB): {evs('7b-z3opt-8x2')}; with the run's "
+            f"bucket sizes {evs('7b-z3opt-8x2', True)}. 16 x 1 does not fit this way: "
+            f"{z16.gpu_gib['total']:.1f} GiB estimated of 24.",
+            f"With LLaMA-7B on this machine the parameters offloaded beat the parameters on the GPU: 7b-16x1 (full "
+            f"offload, session 5 call 2) {f16:,.0f} tokens/s = {f16 / z8:.2f}x 7b-z3opt-8x2 ({z8:,.0f}, call 1), "
+            f"{b['step_time_s']:.2f} vs {a['step_time_s']:.2f} s/step. Of the {gap:.2f} s longer step, optimizer_step "
+            f"accounts for {d_opt / 1000:.2f} s ({bd['7b-z3opt-8x2']['optimizer_step']:,.0f} vs "
+            f"{s5bd['7b-16x1']['optimizer_step']:,.0f} ms, "
+            f"{bd['7b-z3opt-8x2']['optimizer_step'] / s5bd['7b-16x1']['optimizer_step']:.2f}x) "
+            f"and fwd+bwd for {d_fb / 1000:.2f} s ({fb(bd['7b-z3opt-8x2']):,.0f} vs {fb(s5bd['7b-16x1']):,.0f} ms: two "
+            f"micro batches vs one). The floor model gives the two the same serial floor "
+            f"({a['floor']['floor_serial_s']:.2f} vs {b['floor']['floor_serial_s']:.2f} s: "
+            f"{(a['floor']['pcie_bytes_up'] + a['floor']['pcie_bytes_down']) / 1e9:.1f} vs "
+            f"{(b['floor']['pcie_bytes_up'] + b['floor']['pcie_bytes_down']) / 1e9:.1f} GB over PCIe per step); "
+            f"achieved/floor {100 * a['floor']['achieved_over_floor_serial']:.0f} % vs "
+            f"{100 * b['floor']['achieved_over_floor_serial']:.0f} %. At the same shape: 2 x 8 {z2 / p2:.2f}x 7b-2x8 "
+            f"(pinned, session 5 call 2), 8 x 2 {z8 / f8:.2f}x 7b-8x2 (session 5 call 3). optimizer_step is longer "
+            f"with the parameters on the GPU at each shape measured: "
+            + ", ".join(f"{bd[z]['optimizer_step']:,.0f} vs {s5bd[o]['optimizer_step']:,.0f} ms at {sh}"
+                        for z, o, sh in (("7b-z3opt-2x8", "7b-2x8", "2 x 8"), ("7b-z3opt-8x2", "7b-8x2", "8 x 2")))
+            + "; fwd+bwd " + ", ".join(f"{fb(bd[z]):,.0f} vs {fb(s5bd[o]):,.0f} ms at {sh}"
+                                        for z, o, sh in (("7b-z3opt-2x8", "7b-2x8", "2 x 8"),
+                                                         ("7b-z3opt-8x2", "7b-8x2", "8 x 2")))
+            + f". Host {a['host_peak_gib']:.1f} vs {b['host_peak_gib']:.1f} GiB.",
+            f"Notebook 06's own run now (call 2, notebooks/params/gpu-1x24gib.yaml: 16 x 1, pinned, packed shipped "
+            f"chats): {n16:,.0f} tokens/s, {ok['notebook06-16x1']['step_time_s']:.2f} s/step, "
+            f"{ok['notebook06-16x1']['peak_gpu_allocated_gib']:.1f} / "
+            f"{ok['notebook06-16x1']['peak_gpu_reserved_gib']:.1f} GiB allocated / reserved, host {ok['notebook06-16x1']['host_peak_gib']:.1f} GiB: {n16 / before:.2f}x its "
+            f"{before:,.0f} of 2026-12-01 (2 x 8, pin_memory false; {src}). The two levers measured apart multiply to "
+            f"{p2 / npin * s5['7b-16x1']['tokens_per_s'] / p2:.2f}x (pinned over unpinned {p2 / npin:.2f}x, session 6 "
+            f"vs 5; 16 x 1 over 2 x 8 {f16 / p2:.2f}x, session 5). Packed chats vs one example per row at the same "
+            f"shape: {n16 / f16:.3f}x 7b-16x1 ({f16:,.0f}) pinned at 16 x 1, {before / npin:.3f}x 7b-2x8-nopin "
+            f"({npin:,.0f}) unpinned at 2 x 8; the notebook runs without DeepSpeed's timers (the levers rows have "
+            "them on), so its breakdown is not measured. Estimate vs measured (allocated / reserved / host GiB): "
+            f"{evs('notebook06-16x1')}; with its run's bucket sizes (its summary.json) {evs('notebook06-16x1', True)}.",
+            "RTX 4090 projection of every ok row (a model, projection_note): "
+            + ", ".join(f"{n} {proj[n]:,.0f} tokens/s" for n in ok)
+            + f"; the 7B rows with the host RAM they used here (up to {host7b:.1f} GiB).",
+        ],
+        "not_run": [
+            *[dict(n, ran_since=next((c for c, raw in raws.items() if c != "call1"
+                                      and any(r["name"] == n["name"] for r in raw["runs"])), None))
+              for n in raws["call1"]["not_run"]],
+            {"name": "ZenFlow and Liger 150-step loss curves (3.4B)",
+             "why": "device time; Liger computes the exact loss (2026-12-02 liger_check: identical losses with and "
+                    "without it)"},
+            {"name": "7b-z3opt-8x2 with fp32 states (the run file's default, bf16-states: false)",
+             "why": f"device time; not in the raw files. The cookbook estimates {z8_fp32_host:.1f} GiB of host RAM for "
+                    f"it on this {host:.1f} GiB machine (bf16 states: {a['estimate']['host_total_gib']:.1f} "
+                    f"estimated, {a['host_peak_gib']:.1f} measured)"},
+            {"name": "notebook 06 with DeepSpeed's wall-clock timers",
+             "why": "the notebook runs its own config (wall_clock_breakdown false): notebook06-16x1 has no fwd / bwd / "
+                    "optimizer_step split against 7b-16x1"},
+        ],
+    }
+
+
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(description="Rebuild one levers reference file from data/reference/raw/ (module "
@@ -643,8 +981,13 @@ def main(argv=None) -> int:
     g.add_argument("--same-call", action="store_true", help=f"write {OUT_SAME_CALL.name} (the loop vs the Trainer)")
     g.add_argument("--session5", action="store_true",
                    help=f"write {OUT_SESSION5.name} (session 5: exact-Adam levers, LLaMA-7B on one rank)")
+    g.add_argument("--session6", action="store_true",
+                   help=f"write {OUT_SESSION6.name} (session 6: LLaMA-7B variants, pin_memory, Liger 26, notebook 06)")
     a = p.parse_args(argv)
-    if a.session5:
+    if a.session6:
+        ref = build_session6()
+        OUT_SESSION6.write_text(json.dumps(ref, indent=1, default=str) + "\n")
+    elif a.session5:
         ref = build_session5()
         OUT_SESSION5.write_text(json.dumps(ref, indent=1, default=str) + "\n")
     elif a.same_call:
