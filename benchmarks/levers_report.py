@@ -654,6 +654,8 @@ OUT_SESSION6 = ROOT / "data" / "reference" / "h200_levers_2026-12-02d.json"
 SESSION6_RAW = {"call1": "h200_levers_session6_call1_levers.json", "call2": "h200_levers_session6_call2_levers.json"}
 #: call_notebooks.sh's deadline in call 2 (its first argument; the notebook's run records none).
 SESSION6_NOTEBOOK_DEADLINE_S = 400
+#: Session 6's call 3 (a later call, not a source of this record): the run file notebooks/llama7b-1x4090.yaml as shipped.
+RUNFILE_CALL3 = RAW / "h200_runfile_session6_call3"
 #: The rows whose memory estimate is recorded beside the measurement (``estimate_vs_measured``).
 SESSION6_ESTIMATED = ("7b-z3opt-2x8", "7b-z3opt-8x2", "notebook06-16x1", "liger-fp32-26")
 
@@ -962,9 +964,12 @@ def build_session6() -> dict:
              "why": "device time; Liger computes the exact loss (2026-12-02 liger_check: identical losses with and "
                     "without it)"},
             {"name": "7b-z3opt-8x2 with fp32 states (the run file's default, bf16-states: false)",
-             "why": f"device time; not in the raw files. The cookbook estimates {z8_fp32_host:.1f} GiB of host RAM for "
-                    f"it on this {host:.1f} GiB machine (bf16 states: {a['estimate']['host_total_gib']:.1f} "
-                    f"estimated, {a['host_peak_gib']:.1f} measured)"},
+             "why": f"device time: not in this record's two calls. The cookbook estimates {z8_fp32_host:.1f} GiB of "
+                    f"host RAM for it on this {host:.1f} GiB machine (bf16 states: {a['estimate']['host_total_gib']:.1f} "
+                    f"estimated, {a['host_peak_gib']:.1f} measured)",
+             **({"ran_since": f"session 6 call 3, {RUNFILE_CALL3.relative_to(ROOT)}/ (the run file as shipped: fp32 "
+                              "states, packed shipped chats; 8 x 2 as a console tail, 2 x 8 with its run folder); "
+                              "not a row of this record"} if RUNFILE_CALL3.is_dir() else {})},
             {"name": "notebook 06 with DeepSpeed's wall-clock timers",
              "why": "the notebook runs its own config (wall_clock_breakdown false): notebook06-16x1 has no fwd / bwd / "
                     "optimizer_step split against 7b-16x1"},
