@@ -177,7 +177,8 @@ def list_notebooks(notebooks_dir: str | os.PathLike | None = None) -> list[Path]
 
 
 def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
-    """Keep the notebooks named in ``only`` (a number ``03``/``3``, a prefix ``03_zero3`` or a file name).
+    """Keep the notebooks named in ``only`` (a number ``03``/``3``, a prefix ``03_zero3`` or a file name; a
+    comma-separated list such as ``04,06`` counts as its names).
 
     Raises:
         RunAllError: a name that matches no notebook (lists the available ones).
@@ -185,7 +186,7 @@ def select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
     if not only:
         return notebooks
     keep = []
-    for want in only:
+    for want in (part.strip() for item in only for part in str(item).split(",") if part.strip()):
         w = want.removesuffix(".ipynb")
         if w.isdigit():
             w = f"{int(w):02d}"

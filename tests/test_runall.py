@@ -42,6 +42,10 @@ def test_select_by_number_name_and_file():
                                                                                       "06_final_1x4090"]
     with pytest.raises(runall.RunAllError, match="--only 9: no such notebook; choose from 00_environment"):
         runall.select(nbs, ["9"])
+    # a comma-separated list, as typed `--only 04,06`, is the same as `--only 04 06`
+    assert [p.stem for p in runall.select(nbs, ["06,04"])] == ["04_zero3_offload", "06_final_1x4090"]
+    with pytest.raises(runall.RunAllError, match="--only 7: no such notebook"):
+        runall.select(nbs, ["04,7"])
 
 
 def test_parameters_are_routed_to_the_notebooks_that_declare_them():
