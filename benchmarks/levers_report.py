@@ -4,6 +4,7 @@
     python -m benchmarks.levers_report --baselines   # 2026-12-02: the HF Trainer baselines (raw: *_session3_*)
     python -m benchmarks.levers_report --same-call   # 2026-12-02 (later): loop vs Trainer in one call (*_session4_*)
     python -m benchmarks.levers_report --session5    # 2026-12-02 session 5: exact-Adam levers, LLaMA-7B (*_session5_*)
+    python -m benchmarks.levers_report --figure      # docs/levers_h200.png from the session 5 and 6 reference files
     python -m benchmarks.levers_report --session6    # 2026-12-02 session 6: 7B variants, pin_memory, nb 06 (*_session6_*)
 
 Writes ``data/reference/h200_levers_2026-12-01.json`` (issue 19: every run with its DeepSpeed config,
@@ -977,6 +978,52 @@ def build_session6() -> dict:
     }
 
 
+FIG_LEVERS = ROOT / "docs" / "levers_h200.png"
+#: The rows of :func:`figure`, (reference file, run name, label): the article's road, the recipe, the levers that
+#: won, and notebook 06's run before and after (sessions 5 and 6 of 2026-12-02).
+FIGURE_ROWS = (
+    ("h200_levers_2026-12-02c.json", "trainer-article", "3.4B: HF Trainer +\nLLaMA article config"),
+    ("h200_levers_2026-12-02c.json", "recipe-fp32", "3.4B: recipe\n(ZeRO-2 + opt offload)"),
+    ("h200_levers_2026-12-02c.json", "liger-fp32-24", "3.4B: recipe +\nLiger, micro 24"),
+    ("h200_levers_2026-12-02d.json", "7b-2x8-nopin", "7B: 2 x 8,\nunpinned (old nb 06)"),
+    ("h200_levers_2026-12-02c.json", "7b-2x8", "7B: 2 x 8,\npinned"),
+    ("h200_levers_2026-12-02c.json", "7b-16x1", "7B: 16 x 1,\npinned"),
+    ("h200_levers_2026-12-02d.json", "notebook06-16x1", "7B: notebook 06\nnow (packed)"),
+)
+
+
+def figure(path: Path = FIG_LEVERS) -> Path:
+    """Bar chart of :data:`FIGURE_ROWS`: tokens/s measured on the H200 capped at 24 GiB (fp32 states for the 3.4B
+    rows, bf16 states for the 7B rows) beside each row's RTX 4090 projection (``projection_rtx4090``:
+    :func:`benchmarks.report.floor_and_projection`, the model of ``docs/benchmarks.md`` §5). Reads the committed
+    reference files; raises KeyError if a named run is missing."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    refs = {}
+    rows = []
+    for file, name, label in FIGURE_ROWS:
+        ref = refs.setdefault(file, json.loads((ROOT / "data" / "reference" / file).read_text()))
+        r = next(x for x in ref["runs"] if x["name"] == name)
+        rows.append((label, r["tokens_per_s"], (r.get("projection_rtx4090") or {}).get("tokens_per_s") or 0.0))
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r[1] for r in rows], 0.4, label="measured: 1 x H200 capped at 24 GiB")
+    ax.bar([i + 0.2 for i in x], [r[2] for r in rows], 0.4, label="RTX 4090 projection (docs/benchmarks.md §5)")
+    for i, r in enumerate(rows):
+        ax.text(i - 0.2, r[1], f"{r[1]:,.0f}", ha="center", va="bottom", fontsize=8)
+        ax.text(i + 0.2, r[2], f"{r[2]:,.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x), [r[0] for r in rows], fontsize=8)
+    ax.set_ylabel("tokens/s (16-24 x 1024 tokens per step)")
+    ax.set_title("Issue 19 on 2026-12-02: 3.4B with exact Adam (fp32 states); LLaMA-7B on one rank (bf16 states)",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(description="Rebuild one levers reference file from data/reference/raw/ (module "
@@ -988,7 +1035,11 @@ def main(argv=None) -> int:
                    help=f"write {OUT_SESSION5.name} (session 5: exact-Adam levers, LLaMA-7B on one rank)")
     g.add_argument("--session6", action="store_true",
                    help=f"write {OUT_SESSION6.name} (session 6: LLaMA-7B variants, pin_memory, Liger 26, notebook 06)")
+    g.add_argument("--figure", action="store_true", help=f"draw docs/{FIG_LEVERS.name} from the reference files")
     a = p.parse_args(argv)
+    if a.figure:
+        print(figure())
+        return 0
     if a.session6:
         ref = build_session6()
         OUT_SESSION6.write_text(json.dumps(ref, indent=1, default=str) + "\n")

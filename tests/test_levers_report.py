@@ -215,3 +215,13 @@ def test_session6_committed_record_equals_a_fresh_build(session6):
     """data/reference/h200_levers_2026-12-02d.json is what build_session6() writes today."""
     rec = session6[0]
     assert json.loads(lr.OUT_SESSION6.read_text()) == json.loads(json.dumps(rec, indent=1, default=str))
+
+
+def test_levers_figure_draws_the_named_rows(tmp_path):
+    from benchmarks import levers_report as lr
+    out = lr.figure(tmp_path / "levers.png")
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every row the figure names is in its reference file, with a measured and a projected tokens/s
+    for file, name, _ in lr.FIGURE_ROWS:
+        run = next(r for r in json.loads((lr.ROOT / "data" / "reference" / file).read_text())["runs"] if r["name"] == name)
+        assert run["tokens_per_s"] > run["projection_rtx4090"]["tokens_per_s"] > 0
