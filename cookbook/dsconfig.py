@@ -70,7 +70,8 @@ PRESET_OPTIONS = {"zero2-offload-liger": {"liger": True}}
 #: fp32 states, micro batch × accumulation 24 × 1.
 LIGER_RECOMMENDED = {"micro_batch": 24, "seq_len": 1024, "gpu_memory_gib": 24, "bf16_states": False,
                      "tokens_per_s": 8117.0, "baseline_tokens_per_s": 6169.0, "ratio": 8117.0 / 6169.0,
-                     "reserved_gib": 22.7, "out_of_memory_micro_batch": 28, "source": "docs/benchmarks.md §14"}
+                     "reserved_gib": 22.7, "out_of_memory_micro_batch": "26 and 28",
+                     "source": "docs/benchmarks.md §14-§15"}
 
 #: ``stage3_max_live_parameters`` / ``stage3_max_reuse_distance``: DeepSpeed's defaults (1e9), as in
 #: the HF ZeRO-3 example config. Lower them (e.g. 1e8) to save GPU memory at some speed cost.
@@ -1311,18 +1312,29 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
     cmd = ["cookbook", "launch", "--config", str(path), "--liger", "--model", str(plan.model),
            "--num-processes", str(plan.num_gpus), "--zero-stage", str(plan.zero_stage),
            "--offload-optimizer", plan.offload_optimizer, "--micro-batch", str(plan.micro_batch),
-           "--grad-accum", str(plan.grad_accum), "--precision", plan.precision]
+           "--grad-accum", str(plan.grad_accum), "--seq-len", str(plan.seq_len), "--precision", plan.precision]
     if bf16_states:
         cmd.append("--bf16-states")
     text = ("liger: Liger's fused linear cross-entropy is a training-side option, not a DeepSpeed key: this JSON "
             "alone trains WITHOUT it (and micro batch sizes sized for it may not fit). Launch with --liger (NVIDIA "
             "GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
     m = LIGER_RECOMMENDED
+    try:
+        from .memory import LIGER_HEADROOM_GIB, estimate
+        est = estimate(plan.replace(liger=True), bf16_states=bf16_states)
+        left = plan.gpu_memory_gib - est.gpu_gib["total"]
+        if left < LIGER_HEADROOM_GIB:
+            text += (f"\n  WARNING: --micro-batch {plan.micro_batch} with --liger leaves {left:.1f} GiB below the "
+                     f"{plan.gpu_memory_gib:g} GiB card in the estimate ({est.gpu_gib['total']:.1f} GiB at seq "
+                     f"{plan.seq_len}); measured runs with less than {LIGER_HEADROOM_GIB:g} GiB left ran out of memory: "
+                     "lower --micro-batch")
+    except Exception:  # noqa: BLE001 — a model the estimator cannot size: the measured line below still applies
+        pass
     text += (f"\n  measured ({m['source']}): a 3.4B LLaMA on one {m['gpu_memory_gib']} GiB GPU at seq {m['seq_len']}, fp32 "
              f"states, micro batch {m['micro_batch']} with --liger ran {m['tokens_per_s']:,.0f} tokens/s, "
              f"{m['ratio']:.2f}x micro batch 16 without it ({m['reserved_gib']} GiB reserved; micro batch "
              f"{m['out_of_memory_micro_batch']} ran out of memory): for another model or card, `cookbook estimate "
-             "... --liger` and keep >= 3 GiB free")
+             "... --liger` and keep its estimate >= 2.5 GiB below the card")
     if target == "trainer":
         text += ("\n  (HF Trainer: TrainingArguments(use_liger_kernel=True, liger_kernel_config={\"rope\": False, "
                  "\"cross_entropy\": False, \"fused_linear_cross_entropy\": True, \"rms_norm\": False, "
@@ -1381,6 +1393,9 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default=None,
                    help="GPU name (e.g. 'RTX 4090', 'V100'): picks bf16 or fp16 when --precision is not given")
     p.add_argument("--nvme-path", default=None, help="folder on a local NVMe SSD (zero3-nvme)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per row of the run (default: the plan's 128); the DeepSpeed JSON does not depend on it, "
+                        "the printed launch command and zero2-offload-liger's memory check do")
     p.add_argument("--host-memory-gib", type=float, default=None,
                    help="host RAM per machine in GiB; pin_memory is turned off when it is short")
     p.add_argument("--lr", type=float, default=None,

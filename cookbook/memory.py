@@ -476,9 +476,14 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
 #: H200 capped at 24 GiB): micro batch 24 peaked at 19.8 GiB allocated / 22.7 reserved against 13.6 / 20.6
 #: estimated, and micro batch 28 ran out of GPU memory where the estimate says 22.5 of 24 GiB. The peak moves
 #: from the loss phase to the backward once the logits are gone, which this estimate does not model.
-LIGER_MEASURED_GAP = ("Measured with --liger, the peak is above this estimate: 3.4B at micro batch 24 reserved 22.7 "
-                      "GiB (estimate 20.6) and micro batch 28 ran out of memory at 24 GiB (estimate 22.5): keep "
-                      "≥ 3 GiB below the card, as the measured micro batch 24 does (docs/benchmarks.md §14)")
+LIGER_MEASURED_GAP = ("Measured with --liger the peak is above this estimate (3.4B, 24 GiB card, estimate totals "
+                      "with the CUDA context): micro batch 24, 21.3 GiB, ran (22.7 GiB reserved); 26, 21.9 GiB, and "
+                      "28, 22.5 GiB, ran out of memory: with --liger keep the estimate ≥ 2.5 GiB below the card "
+                      "(docs/benchmarks.md §14-§15)")
+#: Headroom (GiB) the estimate must leave below the card with ``--liger``: between the measured runs that fit
+#: (micro batch 24: 2.7 GiB left in the estimate) and those that ran out of memory (26: 2.1, 28: 1.5), 3.4B LLaMA
+#: shape on a 24 GiB cap (:data:`LIGER_MEASURED_GAP`). Fitted on these three runs; not a held-out check.
+LIGER_HEADROOM_GIB = 2.5
 
 
 def liger_chunk_size(tokens: int, hidden_size: int, vocab_size: int) -> int:
@@ -894,6 +899,11 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
                        "fp32 logits (needs an NVIDIA GPU and liger-kernel). " + LIGER_MEASURED_GAP)
+        left = plan.gpu_memory_gib - gpu_gib["total"]
+        if fits_gpu and left < LIGER_HEADROOM_GIB:
+            reasons.append(f"WARNING (--liger): only {left:.1f} GiB left below the card, less than the "
+                           f"{LIGER_HEADROOM_GIB:g} GiB the measured runs that fit kept: expect out of memory; lower "
+                           f"--micro-batch")
 
     return MemoryEstimate(params=N, plan=plan, gpu_gib=gpu_gib, host_gib=host_gib, fits_gpu=bool(fits_gpu),
                           fits_host=fits_host, reasons=tuple(reasons), largest_layer_params=L,
@@ -1159,6 +1169,12 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
 LARGER_MICRO_MEASURED = {"model": "llama-7b", "variant": "ZeRO-3 + opt→cpu + param→cpu (bf16 states)",
                          "tokens_per_s": {"2x8": 1381.0, "8x2": 3724.0, "16x1": 4332.0},
                          "source": "docs/benchmarks.md §14"}
+#: The same for ZeRO-3 + optimizer offload with the parameters on the GPU (LLaMA-7B, same machine, 2 × 8 against
+#: 8 × 2 in one device call each; ``docs/benchmarks.md`` §15, ``data/reference/h200_levers_2026-12-02d.json`` and
+#: ``data/reference/raw/h200_runfile_session6_call3/``): bf16 states 1,520 → 2,572 tokens/s; fp32 states (host
+#: 123 of 126 GiB, the CPU side sets the pace) 729 → 776.
+LARGER_MICRO_MEASURED_OPT = {"bf16": {"2x8": 1520.0, "8x2": 2572.0}, "fp32": {"2x8": 729.0, "8x2": 776.0},
+                             "source": "docs/benchmarks.md §15"}
 
 
 def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") -> MemoryEstimate | None:
@@ -1203,9 +1219,12 @@ def larger_micro_line(e: MemoryEstimate, bigger: MemoryEstimate) -> str:
                + f"; measured on LLaMA-7B with the parameters in host RAM: 16 × 1 ran "
                f"{m['16x1'] / m['2x8']:.2f}× the tokens/s of 2 × 8 ({LARGER_MICRO_MEASURED['source']})")
     elif p.zero_stage == 3 and p.offload_optimizer != "none":
+        m = LARGER_MICRO_MEASURED_OPT["bf16" if e.bf16_states else "fp32"]
         why = (f"each micro batch sends its 16-bit gradients to the CPU (2 bytes per parameter), so {p.grad_accum} "
-               f"trips per step become {q.grad_accum} (docs/benchmarks.md §5's traffic model; not measured at "
-               "this variant)")
+               f"trips per step become {q.grad_accum}; measured on LLaMA-7B with this variant and "
+               f"{'bf16' if e.bf16_states else 'fp32'} states: 8 × 2 ran {m['8x2'] / m['2x8']:.2f}× the tokens/s of "
+               f"2 × 8" + ("" if e.bf16_states else " (fp32 states filled the host: the CPU side set the pace)")
+               + f" ({LARGER_MICRO_MEASURED_OPT['source']})")
     else:
         why = "fewer, larger micro batches keep the GPU busier (not measured at this variant)"
     return (f"faster at the same global batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} fits "
@@ -1706,6 +1725,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -118,8 +118,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="hold out this fraction of the dataset (seeded) for eval loss (e.g. 0.05)")
     p.add_argument("--eval-dataset", default=None, help="a separate JSONL / datasets folder for eval loss")
     p.add_argument("--eval-steps", type=int, default=None,
-                   help="eval loss every N steps (and at the last step); default: at the last step only; 0: none "
-                        "(clears a run file's eval-steps, e.g. with --eval-fraction 0)")
+                   help="eval loss every N steps (and at the last step); default: at the last step only; 0: the same "
+                        "(clears a run file's eval-steps; with --eval-fraction 0 and no --eval-dataset: no eval at all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="bf16 / fp16 / fp32 (default: bf16 on Ampere+ GPUs, fp16 on older GPUs, fp32 on CPU)")
     p.add_argument("--bf16-states", action="store_true",
@@ -222,12 +222,13 @@ def validate_args(args) -> list[str]:
         problems.append("--eval-fraction and --eval-dataset: give one of them (a held-out fraction of --dataset, or a "
                         "separate eval file)")
     eval_steps = getattr(args, "eval_steps", None)
-    if eval_steps == 0:  # 0: no periodic eval (HF Trainer's eval_strategy "no"); clears a run file's value
+    if eval_steps == 0:  # 0: no periodic eval (only at the last step, if there is an eval set); clears a run file's value
         args.eval_steps = eval_steps = None
     if eval_steps is not None and eval_steps < 1:
         problems.append(f"--eval-steps={eval_steps}: must be 1 or more, or 0 for none")
     if eval_steps is not None and not frac and not getattr(args, "eval_dataset", None):
-        problems.append(f"--eval-steps={eval_steps}: there is no eval set; add --eval-fraction 0.05 or --eval-dataset FILE")
+        problems.append(f"--eval-steps={eval_steps} (typed or from a run file): there is no eval set; add --eval-fraction "
+                        "0.05 or --eval-dataset FILE, or --eval-steps 0 for no eval")
     limit = getattr(args, "save_total_limit", None)
     if limit is not None and limit < 1:
         problems.append(f"--save-total-limit={limit}: must be 1 or more (the newest complete checkpoint is always kept)")

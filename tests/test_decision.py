@@ -195,7 +195,8 @@ def test_larger_micro_batch_keeps_the_global_batch_and_is_the_largest_that_fits(
                         bf16_states=True).fits_gpu
     got = larger_micro_batch(opt)
     assert (got.plan.micro_batch, got.plan.grad_accum) == (8, 2)
-    assert "8 trips per step become 2" in larger_micro_line(opt, got)
+    line = larger_micro_line(opt, got)
+    assert "8 trips per step become 2" in line and f"{2572 / 1520:.2f}×" in line and "§15" in line
     # no larger micro batch: accumulation 1, or nothing above fits
     assert larger_micro_batch(bigger) is None
     assert larger_micro_batch(estimate(Plan(**dict(LLAMA, offload_param="none", micro_batch=8, grad_accum=2),

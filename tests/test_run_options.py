@@ -498,3 +498,21 @@ def test_cli_unknown_model_is_the_first_thing_said():
     assert out.returncode == 2
     assert "error: --model nonexistent:" in out.stderr and "hf download" in out.stderr
     assert "[precision]" not in out.stdout and "[model]" not in out.stdout
+
+
+def test_run_file_eval_steps_cleared_with_eval_steps_0(tmp_path, capsys, monkeypatch):
+    """The LLaMA run file sets eval-steps 60: --eval-fraction 0 alone is refused with the way out named, and
+    --eval-steps 0 clears it (no eval set: no eval at all)."""
+    monkeypatch.chdir(ROOT)
+    path = ROOT / "notebooks" / "llama7b-1x4090.yaml"
+    rc = main(["launch", str(path), "--dry-run", "--model", "llama-7b", "--eval-fraction", "0",
+               "--output-dir", str(tmp_path / "a"), "--no-progress"])
+    captured = capsys.readouterr()
+    err = captured.out + captured.err
+    assert rc == 2 and "--eval-steps=60 (typed or from a run file): there is no eval set" in err
+    assert "--eval-steps 0 for no eval" in err
+    rc = main(["launch", str(path), "--dry-run", "--model", "llama-7b", "--eval-fraction", "0", "--eval-steps", "0",
+               "--output-dir", str(tmp_path / "b"), "--no-progress"])
+    capsys.readouterr()
+    assert rc == 0
+    assert yaml.safe_load((tmp_path / "b" / RESOLVED_FILE).read_text())["eval-steps"] is None
