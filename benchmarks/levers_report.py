@@ -639,10 +639,12 @@ def build_session5() -> dict:
             {"name": "7b-16x1-bind in call 2", "why": "stopped at its wall-clock limit (149 s, the end of the call: "
              "h200_levers_session5_call2_7b_driver.log) before it recorded; no record", "ran_since": "call3"},
             {"name": "Liger at micro 26 (between 24, which fits, and 28, out of GPU memory)",
-             "why": "device time (this session's 30 minutes: these three calls)"},
+             "why": "device time (this session's 30 minutes: these three calls)",
+             "ran_since": "h200_levers_2026-12-02d.json (session 6: out of GPU memory)"},
             {"name": "notebook 06's GPU run split into pin_memory and packing",
-             "why": f"device time: its {nb06:,.0f} tokens/s vs 7b-2x8's {b2:,.0f} is not yet split between "
-                    "pin_memory false and packed short examples"},
+             "why": f"device time: its {nb06:,.0f} tokens/s vs 7b-2x8's {b2:,.0f} was not split between "
+                    "pin_memory false and packed short examples in this session",
+             "ran_since": "h200_levers_2026-12-02d.json (session 6: pin_memory false is the whole gap, 3.0x)"},
             {"name": "ZenFlow and Liger 150-step loss curves (3.4B)",
              "why": "device time; Liger computes the exact loss (2026-12-02 liger_check: identical losses with and "
                     "without it) and ZenFlow without overlap_step showed no speed gain worth a curve (1.02x)"},
