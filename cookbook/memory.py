@@ -1034,6 +1034,8 @@ class Decision:
         changes: when nothing fits, ``(change, estimate)`` pairs that would fit, smallest first.
         larger_micro: the recommended variant at the largest micro batch that still fits with the same global
             batch (:func:`larger_micro_batch`), or None (the asked micro batch is already the largest).
+        exact_other_shape: when the recommendation needs bf16 states, the first variant with fp32 states (exact
+            Adam) that fits at another micro batch × accumulation of the same global batch, or None.
     """
 
     plan: Plan
@@ -1042,6 +1044,7 @@ class Decision:
     candidates: tuple
     changes: tuple = ()
     larger_micro: MemoryEstimate | None = None
+    exact_other_shape: MemoryEstimate | None = None
 
     @property
     def fits(self) -> bool:
@@ -1073,6 +1076,12 @@ class Decision:
                        f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped))
             if self.larger_micro is not None:
                 out.append("    " + larger_micro_line(e, self.larger_micro))
+            x = self.exact_other_shape
+            if x is not None:
+                out.append(f"    exact Adam at the same global batch: {x.plan.label} with fp32 states fits at "
+                           f"--micro-batch {x.plan.micro_batch} --grad-accum {x.plan.grad_accum} ({variant_flags(x)}; "
+                           f"GPU {x.gpu_gib['total']:.1f}/{x.plan.gpu_memory_gib:g} GiB, host "
+                           f"{x.host_gib['total']:.1f} GiB) — no bf16-states loss cost, slower: {variant_cost(x)}")
             for other in self.fitting[1:4]:
                 out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
         else:
@@ -1121,8 +1130,17 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec)
     fitting = tuple(e for e in cands if e.fits)
     if fitting:
+        exact = None
+        if fitting[0].bf16_states and bf16_states is None:
+            total = plan.micro_batch * plan.grad_accum
+            for mb in (m for m in range(total, 0, -1) if total % m == 0 and m != plan.micro_batch):
+                shaped = plan.replace(micro_batch=mb, grad_accum=total // mb)
+                exact = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec)
+                              if e.fits and "nvme" not in (e.plan.offload_optimizer, e.plan.offload_param)), None)
+                if exact is not None:
+                    break
         return Decision(plan, fitting[0], fitting, tuple(cands),
-                        larger_micro=larger_micro_batch(fitting[0], spec=spec, device=device))
+                        larger_micro=larger_micro_batch(fitting[0], spec=spec, device=device), exact_other_shape=exact)
 
     def first_fit(p: Plan, b16=bf16_states):
         return next((e for e in _candidates(p, bf16_states=b16, device=device, spec=spec) if e.fits), None)

@@ -211,3 +211,19 @@ def test_decision_names_the_larger_micro_batch():
     text = "\n".join(d.lines())
     assert "faster at the same global batch: --micro-batch 16 --grad-accum 1" in text
     assert "reads the weights again" in text   # NVMe: the measured ratio is for parameters in host RAM
+
+
+def test_decision_names_exact_adam_at_another_shape():
+    """128 GiB, 16 × 1: only bf16 states fit at this shape (full offload); fp32 ZeRO-3 + optimizer offload fits
+    at 8 × 2 (16 × 1 needs 28 GiB on the GPU with the parameters there): the decision says so."""
+    from cookbook.memory import decide
+    plan = Plan(**dict(LLAMA, micro_batch=16, grad_accum=1), host_memory_gib=128)
+    d = decide(plan)
+    assert d.recommended.bf16_states
+    x = d.exact_other_shape
+    assert x is not None and not x.bf16_states and (x.plan.micro_batch, x.plan.grad_accum) == (8, 2)
+    assert x.plan.offload_param == "none" and x.fits
+    assert not estimate(Plan(**dict(LLAMA, micro_batch=16, grad_accum=1, offload_param="none"), host_memory_gib=128)).fits
+    assert "exact Adam at the same global batch" in "\n".join(d.lines())
+    # fp32 recommended already (2 × 8): nothing to add
+    assert decide(Plan(**LLAMA, host_memory_gib=128).replace(offload_param="none")).exact_other_shape is None
