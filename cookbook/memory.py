@@ -1564,8 +1564,9 @@ class OffloadChoice:
         reason: one sentence: why this one (the estimates that decided it, GiB with one decimal).
         estimates: kind -> :class:`MemoryEstimate` for the three tried.
         alternatives: whenever fp32 states in host RAM do not fit: what else would run — more host RAM,
-            NVMe offload (its disk need, and why not here when it cannot run here), LoRA (when no full
-            fine-tune of the model fits this machine's host RAM) — with the same GiB figures as ``reason``.
+            NVMe offload (its disk need, and why not here when it cannot run here), exact Adam with the
+            parameters on the GPU where that fits at the same global batch, LoRA (when no full fine-tune of the
+            model fits this machine's host RAM) — with the same GiB figures as ``reason``.
         nvme_disk_gib: GiB of swap files NVMe offload writes (:func:`cookbook.nvme.estimate_nvme`).
         nvme_disk_needed_gib: free GiB the NVMe folder must have for them, with the margin ``launch`` asks for
             (:func:`cookbook.nvme.nvme_disk_needed`).
@@ -1660,8 +1661,21 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     if f32.fits_gpu and f32.fits_host is not False:
         return OffloadChoice(base, False, "fp32 states", f"fp32 states fit: {need}.", est, (), **extra)
     if b16.fits_gpu and b16.fits_host is not False:
-        return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit, bf16 states do: {need}.", est,
-                             (fp32_ram, nvme_alt), **extra)
+        alts = [fp32_ram, nvme_alt]
+        # exact Adam with the parameters left on the GPU, at a shape of the same global batch that fits
+        total = plan.micro_batch * plan.grad_accum
+        for mb in (m for m in range(total, 0, -1) if total % m == 0):
+            opt = estimate(base.replace(offload_param="none", micro_batch=mb, grad_accum=total // mb), spec=spec,
+                           device=device)
+            if opt.fits:
+                alts.append(f"exact Adam with the parameters on the GPU: ZeRO-3 + optimizer offload, fp32 states, "
+                            f"{g(opt.host_gib['total'])} of RAM, GPU {g(opt.gpu_gib['total'])} at micro batch {mb} × "
+                            f"{total // mb} (--offload-param none --micro-batch {mb} --grad-accum {total // mb}); "
+                            "slower when it fills the host (LLaMA-7B on 125.8 GiB: 776 tokens/s at 8 × 2 against "
+                            "4,182 with bf16 states and full offload at 16 × 1, docs/benchmarks.md §15)")
+                break
+        return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit with full offload, bf16 states "
+                             f"do: {need}.", est, tuple(alts), **extra)
     more_ram = (f"more host RAM: {g(f32.host_gib['total'])} for fp32 states, {g(b16.host_gib['total'])} with "
                 f"--bf16-states (have {have})")
     if nv.fits_gpu and nv.fits_host is not False and nvme_ok and nvme_room:
