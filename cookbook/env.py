@@ -190,8 +190,15 @@ class EnvReport:
         return pd.DataFrame([c.to_dict() for c in self.checks], columns=["name", "status", "value", "reason", "fix"])
 
     def env_block(self) -> str:
-        """The recommended environment as shell lines to paste (``export NCCL_P2P_DISABLE=1`` …)."""
-        return env_block(self.recommended_env, self.facts)
+        """The recommended environment as shell lines to paste (``export NCCL_P2P_DISABLE=1`` …), with an ``unset``
+        line for OpenMP binding variables when the ``omp_binding`` check warned (:func:`cpu_adam_binding_check`)."""
+        block = env_block(self.recommended_env, self.facts)
+        pinned = [c for c in self.checks if c.name == "omp_binding" and c.status == "warn"]
+        if pinned:
+            names = " ".join(omp_binding_vars((self.facts or {}).get("env") or {}))
+            block += (("\n" if block else "") + f"unset {names}  # pinned OpenMP threads slow DeepSpeed's CPU Adam "
+                      f"{OMP_BINDING_COST['slowdown']}x ({OMP_BINDING_COST['source']})")
+        return block
 
     @property
     def verdict(self) -> str:

@@ -267,6 +267,11 @@ def test_omp_places_warns_and_names_every_variable_in_the_unset():
     c = env.check(OFFLOAD_PLAN.replace(zero_stage=2, offload_param="none"), f)["omp_binding"]
     assert c.status == "warn" and c.value == "OMP_PLACES=cores, GOMP_CPU_AFFINITY=1-15"
     assert c.fix.startswith("unset OMP_PLACES GOMP_CPU_AFFINITY before launching")
+    # the block to paste carries the unset too
+    r = env.check(OFFLOAD_PLAN.replace(zero_stage=2, offload_param="none"), f)
+    assert "unset OMP_PLACES GOMP_CPU_AFFINITY  # pinned OpenMP threads" in r.env_block()
+    f["env"].pop("OMP_PLACES"), f["env"].pop("GOMP_CPU_AFFINITY")
+    assert "unset OMP" not in env.check(OFFLOAD_PLAN.replace(zero_stage=2, offload_param="none"), f).env_block()
 
 
 def test_omp_binding_off_or_no_optimizer_offload_is_no_finding():
