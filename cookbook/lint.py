@@ -1656,16 +1656,18 @@ def _run(args) -> int:
             fields = {k: d[k] if getattr(args, k) is None else getattr(args, k)
                       for k in ("model", "micro_batch", "grad_accum", "zero_stage", "offload_optimizer", "offload_param")}
             fields.update(num_gpus=world, precision=precision, nvme_path=args.nvme_path,
-                          host_memory_gib=args.host_memory_gib, seq_len=d["seq_len"],
+                          host_memory_gib=args.host_memory_gib,
+                          seq_len=d["seq_len"] if getattr(args, "seq_len", None) is None else args.seq_len,
                           liger=bool(getattr(args, "liger", False)))
             plan = Plan(**fields)
-        elif args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None:
+        elif (args.micro_batch is not None or args.grad_accum is not None or args.host_memory_gib is not None
+              or getattr(args, "seq_len", None) is not None):
             if args.host_memory_gib is not None and not args.model:
                 print("error: --host-memory-gib needs --model (the host-RAM estimate depends on the model)",
                       file=sys.stderr)
                 return 2
             fields = {"num_gpus": world} if world else {}
-            for name in ("micro_batch", "grad_accum", "host_memory_gib", "model"):
+            for name in ("micro_batch", "grad_accum", "host_memory_gib", "model", "seq_len"):
                 if getattr(args, name) is not None:
                     fields[name] = getattr(args, name)
             plan = Plan(**fields)
@@ -1751,6 +1753,9 @@ def register(subparsers) -> None:
                                                  "sizes, buffer checks")
     p.add_argument("--micro-batch", type=int, default=None, help="micro batch per GPU")
     p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per row of the run: the GPU numbers of the suggested fixes depend on it (default as "
+                        "cookbook launch: 128)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="bf16 / fp16 / fp32 (default as cookbook launch)")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=None, help="ZeRO stage (when the config says auto)")
     p.add_argument("--liger", action="store_true",

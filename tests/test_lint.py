@@ -617,3 +617,26 @@ def test_resolve_without_model_says_it_filled_for_the_rehearsal(tmp_path, capsys
     assert cli.main(["lint", str(src), "--world-size", "2", "--model", "llama-7b", "--lr", "1e-5", "--max-steps",
                      "10", "--resolve", "-o", str(tmp_path / "r2.json")]) == 0
     assert "model: not given" not in "".join(capsys.readouterr())
+
+
+def test_lint_seq_len_sizes_the_suggested_fixes(tmp_path, capsys):
+    """The fixes' GPU numbers are for the rows of the run: at seq 1024, LLaMA-7B with the parameters on the GPU at
+    micro batch 16 (28 GiB) is no fix; at the default 128-token rows it is one (16.3 GiB)."""
+    from cookbook import cli
+    from cookbook.memory import estimate
+    cfg = tmp_path / "z3.json"
+    assert cli.main(["config", "zero3-offload", "--gpus", "1", "--micro-batch", "16", "--grad-accum", "1", "--model",
+                     "llama-7b", "-o", str(cfg)]) == 0
+    capsys.readouterr()
+    opt_only = "--offload-param none --micro-batch 16"
+    base = ["lint", str(cfg), "--world-size", "1", "--model", "llama-7b", "--host-memory-gib", "128",
+            "--micro-batch", "16", "--grad-accum", "1"]
+    cli.main(base + ["--seq-len", "1024"])
+    long_rows = capsys.readouterr().out
+    cli.main(base)
+    short_rows = capsys.readouterr().out
+    plan = Plan(model="llama-7b", num_gpus=1, gpu_memory_gib=24.0, host_memory_gib=128, micro_batch=16, grad_accum=1,
+                zero_stage=3, offload_optimizer="cpu", offload_param="none", precision="bf16")
+    assert not estimate(plan.replace(seq_len=1024)).fits_gpu and estimate(plan.replace(seq_len=128)).fits_gpu
+    assert "pin_memory" in long_rows and opt_only not in long_rows
+    assert opt_only in short_rows
