@@ -1090,7 +1090,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
         note = (" Note, for " + ("the planned GPU run" if elsewhere else "this machine") + ": " + "; ".join(notes)) \
             if notes else ""
         if elsewhere and est and "gpu_gib" in est:
-            note += (f" The estimate for the GPU run: {est['gpu_gib']['total']:.1f} GiB per GPU, "
+            note += (f" The estimate for the GPU run: {est['gpu_gib']['total']:.1f} GiB per GPU (with this config's "
+                     "bucket sizes; `cookbook estimate` assumes DeepSpeed's defaults, so it may say more), "
                      f"{est['host_gib']['total']:.1f} GiB of host RAM per machine"
                      + ("" if plan.host_memory_gib else " (give --host-memory-gib to check it)") + ".")
         return result("dry_run", "run folder written; the command was not run." + note, command=command,
