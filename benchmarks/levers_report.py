@@ -40,6 +40,13 @@ COMMANDS = {
 }
 
 
+#: The first sentences of every 2026-12-02 session record's ``projection_note`` (the model of docs/benchmarks.md §5).
+PROJECTION_NOTE_HEAD = ("RTX 4090 projection: the 4090's serial floor (rtx4090_model: 165.2 TFLOP/s bf16, PCIe 4.0 "
+                        f"x16 at {RTX4090['h2d_gb_s']:.0f} GB/s each way, CPU Adam {RTX4090['cpu_adam_params_per_s']:.1e} "
+                        "params/s) over the achieved/serial-floor fraction measured on the H200: it assumes the same "
+                        "fraction on the 4090. ")
+
+
 def _row(r: dict, call: str, ceil: dict, num_params: int = N_3B) -> dict:
     """One run of a raw levers.json as a reference row; ``num_params`` is the model's parameter count (the floor
     and projection's N: the 3.4B shape unless said)."""
@@ -544,10 +551,7 @@ def build_session5() -> dict:
         "ceilings": ceil,
         "ceilings_note": "from 2026-12-01 call 1 (data/reference/h200_levers_2026-12-01.json): none measured on 2026-12-02",
         "rtx4090_model": RTX4090,
-        "projection_note": "RTX 4090 projection: the 4090's serial floor (rtx4090_model: 165.2 TFLOP/s bf16, PCIe 4.0 "
-                           f"x16 at {RTX4090['h2d_gb_s']:.0f} GB/s each way, CPU Adam {RTX4090['cpu_adam_params_per_s']:.1e} "
-                           "params/s) over the achieved/serial-floor fraction measured on the H200: it assumes the same "
-                           "fraction on the 4090. The 7B rows' floor carries ZeRO-3's parameter-offload traffic, 4N*G "
+        "projection_note": PROJECTION_NOTE_HEAD + "The 7B rows' floor carries ZeRO-3's parameter-offload traffic, 4N*G "
                            "bytes up and 2N*G down per step (benchmarks.report.pcie_bytes), so the 4090's PCIe 4.0 x16 "
                            f"term grows with the accumulation: {terms}. It is the largest term at "
                            f"{', '.join(pcie_top) or 'no row'}; at {', '.join(pcie_not) or 'no row'} compute and CPU Adam "
@@ -856,10 +860,7 @@ def build_session6() -> dict:
         "ceilings": ceil,
         "ceilings_note": "from 2026-12-01 call 1 (data/reference/h200_levers_2026-12-01.json): none measured on 2026-12-02",
         "rtx4090_model": RTX4090,
-        "projection_note": "RTX 4090 projection: the 4090's serial floor (rtx4090_model: 165.2 TFLOP/s bf16, PCIe 4.0 "
-                           f"x16 at {RTX4090['h2d_gb_s']:.0f} GB/s each way, CPU Adam {RTX4090['cpu_adam_params_per_s']:.1e} "
-                           "params/s) over the achieved/serial-floor fraction measured on the H200: it assumes the same "
-                           "fraction on the 4090. The floor's PCIe bytes per step (benchmarks.report.pcie_bytes): ZeRO-3 "
+        "projection_note": PROJECTION_NOTE_HEAD + "The floor's PCIe bytes per step (benchmarks.report.pcie_bytes): ZeRO-3 "
                            "with the parameters offloaded 4N*G up and 2N*G down, with the parameters on the GPU 2N up and "
                            f"2N*G down, so the term grows with the accumulation: {terms}. It is the largest term at "
                            f"{', '.join(pcie_top) or 'no row'}; at {', '.join(pcie_not) or 'no row'} compute or CPU Adam "
