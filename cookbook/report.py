@@ -215,7 +215,8 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
                  "CPU ranks, and the projection comes from the GPU reference run of the target's model (data/reference), "
                  "when there is one. A target whose notebook was not run in this run-all says <i>not run here</i> "
                  "and names the notebook that answers it.</p>"
-                 + answers.to_html(index=False, na_rep=MISSING))
+                 + answers.to_html(index=False, na_rep=MISSING, formatters={  # whole tokens/s, not 1257.0
+                     "RTX 4090 projection tokens/s": lambda x: MISSING if x != x else f"{x:,.0f}"}))
     # overview
     rows = []
     for e, res in zip(entries, results):
