@@ -1076,6 +1076,22 @@ def _rule_offload(ctx: _Ctx) -> None:
                     f"set {bf16_key}.bf16_master_weights_and_grads and {bf16_key}.bf16_optimizer_states to false (fp32 "
                     "states on NVMe), or set zero_optimization.offload_optimizer.device to \"cpu\" and keep the bf16 "
                     "states")
+    # bf16 states without bf16 training, or bf16 optimizer states without bf16 master weights
+    if isinstance(bf16, dict):
+        on = [k for k in ("bf16_master_weights_and_grads", "bf16_optimizer_states") if bf16.get(k) is True]
+        if on and bf16.get("enabled") in (False, None):
+            ctx.add(WARNING, f"{bf16_key}.enabled",
+                    f"{bf16_key}.{on[0]} true with {bf16_key}.enabled {str(bf16.get('enabled')).lower()}: bf16 master "
+                    "weights and states belong to bf16 training, and DeepSpeed 0.19.8 does not tie them together "
+                    "(runtime/config.py checks only the ZeRO stage), so the config says two things",
+                    f"set {bf16_key}.enabled to true (bf16 training with bf16 states: `--bf16-states`), or set "
+                    f"{' and '.join(f'{bf16_key}.{k}' for k in on)} to false")
+        if bf16.get("bf16_optimizer_states") is True and bf16.get("bf16_master_weights_and_grads") is not True:
+            ctx.add(ERROR, f"{bf16_key}.bf16_optimizer_states",
+                    f"{bf16_key}.bf16_optimizer_states true without {bf16_key}.bf16_master_weights_and_grads: DeepSpeed "
+                    "0.19.8 asserts 'bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled' at "
+                    "start (runtime/config.py)",
+                    f"set {bf16_key}.bf16_master_weights_and_grads to true as well, or bf16_optimizer_states to false")
     # pin_memory with short host RAM
     plan = ctx.plan
     pinned = [f"zero_optimization.{n}.pin_memory" for n in ("offload_optimizer", "offload_param")

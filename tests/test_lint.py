@@ -640,3 +640,20 @@ def test_lint_seq_len_sizes_the_suggested_fixes(tmp_path, capsys):
     assert not estimate(plan.replace(seq_len=1024)).fits_gpu and estimate(plan.replace(seq_len=128)).fits_gpu
     assert "pin_memory" in long_rows and opt_only not in long_rows
     assert opt_only in short_rows
+
+
+def test_bf16_states_flags_without_bf16_or_master_weights():
+    """bf16 optimizer states without bf16 master weights: DeepSpeed's own config asserts (checked here with its
+    parser); bf16 master weights with bf16 training off: a warning (DeepSpeed does not tie the two)."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2}}
+    states_only = dict(base, bf16={"enabled": True, "bf16_optimizer_states": True})
+    with pytest.raises(AssertionError, match="bf16_optimizer_states requires bf16_master_weights_and_grads"):
+        DeepSpeedConfig(states_only)
+    f = _find(lint(states_only, world_size=1, mode="deepspeed"), "bf16.bf16_optimizer_states", "error")
+    assert "bf16_master_weights_and_grads to true" in f.fix
+    off = dict(base, bf16={"enabled": False, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
+    w = _find(lint(off, world_size=1, mode="deepspeed"), "bf16.enabled", "warning")
+    assert "bf16.enabled false" in w.message and "set bf16.enabled to true" in w.fix
+    good = dict(base, bf16={"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
+    assert not [x for x in lint(good, world_size=1, mode="deepspeed") if x.path.startswith("bf16.")]
