@@ -441,8 +441,9 @@ def beside_reference(runs: Mapping[str, Any], notebook: str, directory: str | os
     ref = reference_frame(notebook, directory)
     for _, r in ref.iterrows():
         name = r.get("name")  # which run of the benchmark (e.g. trainer-article): several share a ZeRO variant
-        rows.append({"hardware": r["hardware"], "run": f"{r['run']} ({r['model']}" + (f", {name})" if isinstance(name, str)
-                                                                                     and name else ")"),
+        # the run's name first: a long variant label is what pandas cuts at its column width, not the name
+        rows.append({"hardware": r["hardware"], "run": (f"{name}: " if isinstance(name, str) and name else "")
+                     + f"{r['run']} ({r['model']})",
                      "status": r["status"],
                      "world size": r["world size"],
                      "loss first": r["loss first"], "loss last": r["loss last"], "tokens/s": r["tokens/s"],
