@@ -1043,18 +1043,13 @@ def main(argv=None) -> int:
     if a.figure:
         print(figure())
         return 0
-    if a.session6:
-        ref = build_session6()
-        OUT_SESSION6.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-    elif a.session5:
-        ref = build_session5()
-        OUT_SESSION5.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-    elif a.same_call:
-        ref = build_same_call()
-        OUT_SAME_CALL.write_text(json.dumps(ref, indent=1, default=str) + "\n")
-    elif a.baselines:
-        ref = build_baselines()
-        OUT_BASELINES.write_text(json.dumps(ref, indent=1, default=str) + "\n")
+    builders = {"session6": (build_session6, OUT_SESSION6), "session5": (build_session5, OUT_SESSION5),
+                "same_call": (build_same_call, OUT_SAME_CALL), "baselines": (build_baselines, OUT_BASELINES)}
+    chosen = next((k for k in builders if getattr(a, k)), None)
+    if chosen:
+        builder, out = builders[chosen]
+        ref = builder()
+        out.write_text(json.dumps(ref, indent=1, default=str) + "\n")
     else:
         ref, nvme = build()
         OUT.write_text(json.dumps(ref, indent=1, default=str))
