@@ -1318,9 +1318,10 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
     text = ("liger: Liger's fused linear cross-entropy is a training-side option, not a DeepSpeed key: this JSON "
             "alone trains WITHOUT it (and micro batch sizes sized for it may not fit). Launch with --liger (NVIDIA "
             "GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
+    from .memory import LIGER_HEADROOM_GIB
     m = LIGER_RECOMMENDED
     try:
-        from .memory import LIGER_HEADROOM_GIB, estimate
+        from .memory import estimate
         est = estimate(plan.replace(liger=True), bf16_states=bf16_states)
         left = plan.gpu_memory_gib - est.gpu_gib["total"]
         if left < LIGER_HEADROOM_GIB:
@@ -1334,7 +1335,7 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
              f"states, micro batch {m['micro_batch']} with --liger ran {m['tokens_per_s']:,.0f} tokens/s, "
              f"{m['ratio']:.2f}x micro batch 16 without it ({m['reserved_gib']} GiB reserved; micro batch "
              f"{m['out_of_memory_micro_batch']} ran out of memory): for another model or card, `cookbook estimate "
-             "... --liger` and keep its estimate >= 2.5 GiB below the card")
+             f"... --liger` and keep its estimate >= {LIGER_HEADROOM_GIB:g} GiB below the card")
     if target == "trainer":
         text += ("\n  (HF Trainer: TrainingArguments(use_liger_kernel=True, liger_kernel_config={\"rope\": False, "
                  "\"cross_entropy\": False, \"fused_linear_cross_entropy\": True, \"rms_norm\": False, "

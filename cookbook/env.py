@@ -92,9 +92,6 @@ _ENV_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LD_LIBRAR
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 SECRET_MASK = "<set>"
 
-#: OpenMP variables that pin threads to cores (OpenMP spec "OMP_PROC_BIND", "OMP_PLACES"; libgomp's
-#: GOMP_CPU_AFFINITY; Intel/LLVM libomp's KMP_AFFINITY), in the order :func:`omp_binding_vars` reports them.
-OMP_BINDING_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 #: KMP_AFFINITY words that bind threads, and those that turn binding off (Intel OpenMP "Thread Affinity Interface").
 _KMP_BINDING_WORDS = ("granularity", "compact", "scatter", "explicit", "balanced")
 _KMP_NO_BINDING_WORDS = ("disabled", "none")

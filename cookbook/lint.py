@@ -1108,8 +1108,7 @@ def _rule_offload(ctx: _Ctx) -> None:
                                num_machines=1 if (ctx.world_size or plan.num_gpus) % plan.num_machines else plan.num_machines)
             from .dsconfig import host_memory_short
             from .memory import estimate
-            bf16 = ctx.cfg.get("bf16") if isinstance(ctx.cfg.get("bf16"), dict) else {}
-            b16 = bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
+            b16 = _cfg_bf16_states(ctx.cfg)
             if host_memory_short(eff, bf16_states=b16):
                 need = estimate(eff, bf16_states=b16, ds_config=ctx.cfg).host_gib["total"]
                 ctx.add(WARNING, pinned[0] if len(pinned) == 1 else "zero_optimization",
@@ -1119,6 +1118,14 @@ def _rule_offload(ctx: _Ctx) -> None:
                         _pin_memory_fix(eff, ctx.cfg))
         except Exception:  # noqa: BLE001 — estimate unavailable (model unknown): skip this check
             pass
+
+
+def _cfg_bf16_states(cfg: dict) -> bool:
+    """The config asks for bf16 states: its ``bf16`` (or ``bfloat16``) block sets both bf16_master_weights_and_grads
+    and bf16_optimizer_states (what ``build_config(..., bf16_states=True)`` writes)."""
+    bf16 = cfg.get("bf16", cfg.get("bfloat16"))
+    bf16 = bf16 if isinstance(bf16, dict) else {}
+    return bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
 
 
 def _pin_memory_fix(plan: Plan, cfg: dict) -> str:
@@ -1134,8 +1141,7 @@ def _pin_memory_fix(plan: Plan, cfg: dict) -> str:
 
 def _pin_memory_fix_checked(plan: Plan, cfg: dict) -> str:
     from .memory import estimate, fixes_that_fit
-    bf16 = cfg.get("bf16") if isinstance(cfg.get("bf16"), dict) else {}
-    b16 = bool(bf16.get("bf16_master_weights_and_grads") and bf16.get("bf16_optimizer_states"))
+    b16 = _cfg_bf16_states(cfg)
     from .dsconfig import PIN_MEMORY_OFF_COST as c
     est = estimate(plan, bf16_states=b16, ds_config=cfg)
     unpinned = est.host_gib["total"] - est.host_gib.get("pinned_rounding", 0.0)

@@ -476,14 +476,14 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
 #: H200 capped at 24 GiB): micro batch 24 peaked at 19.8 GiB allocated / 22.7 reserved against 13.6 / 20.6
 #: estimated, and micro batch 28 ran out of GPU memory where the estimate says 22.5 of 24 GiB. The peak moves
 #: from the loss phase to the backward once the logits are gone, which this estimate does not model.
-LIGER_MEASURED_GAP = ("Measured with --liger the peak is above this estimate (3.4B, 24 GiB card, estimate totals "
-                      "with the CUDA context): micro batch 24, 21.3 GiB, ran (22.7 GiB reserved); 26, 21.9 GiB, and "
-                      "28, 22.5 GiB, ran out of memory: with --liger keep the estimate ≥ 2.5 GiB below the card "
-                      "(docs/benchmarks.md §14-§15)")
 #: Headroom (GiB) the estimate must leave below the card with ``--liger``: between the measured runs that fit
 #: (micro batch 24: 2.7 GiB left in the estimate) and those that ran out of memory (26: 2.1, 28: 1.5), 3.4B LLaMA
 #: shape on a 24 GiB cap (:data:`LIGER_MEASURED_GAP`). Fitted on these three runs; not a held-out check.
 LIGER_HEADROOM_GIB = 2.5
+LIGER_MEASURED_GAP = ("Measured with --liger the peak is above this estimate (3.4B, 24 GiB card, estimate totals "
+                      "with the CUDA context): micro batch 24, 21.3 GiB, ran (22.7 GiB reserved); 26, 21.9 GiB, and "
+                      f"28, 22.5 GiB, ran out of memory: with --liger keep the estimate ≥ {LIGER_HEADROOM_GIB:g} GiB "
+                      "below the card (docs/benchmarks.md §14-§15)")
 
 
 def liger_chunk_size(tokens: int, hidden_size: int, vocab_size: int) -> int:
@@ -1132,9 +1132,7 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     if fitting:
         exact = None
         if fitting[0].bf16_states and bf16_states is None:
-            total = plan.micro_batch * plan.grad_accum
-            for mb in (m for m in range(total, 0, -1) if total % m == 0 and m != plan.micro_batch):
-                shaped = plan.replace(micro_batch=mb, grad_accum=total // mb)
+            for shaped in _same_global_batch(plan, skip=plan.micro_batch):
                 exact = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec)
                               if e.fits and "nvme" not in (e.plan.offload_optimizer, e.plan.offload_param)), None)
                 if exact is not None:
@@ -1195,6 +1193,15 @@ LARGER_MICRO_MEASURED_OPT = {"bf16": {"2x8": 1520.0, "8x2": 2572.0}, "fp32": {"2
                              "source": "docs/benchmarks.md §15"}
 
 
+def _same_global_batch(plan: Plan, *, above: int = 0, skip: int | None = None):
+    """``plan`` at every micro batch × accumulation of its global batch (micro batch × accumulation kept exactly),
+    the largest micro batch first, micro batches > ``above`` and != ``skip``."""
+    total = plan.micro_batch * plan.grad_accum
+    for mb in range(total, above, -1):
+        if total % mb == 0 and mb != skip:
+            yield plan.replace(micro_batch=mb, grad_accum=total // mb)
+
+
 def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") -> MemoryEstimate | None:
     """The variant of estimate ``e`` at the largest micro batch that still fits (GPU and host), the global batch
     kept exactly: micro batch × accumulation unchanged, the micro batch a divisor of it above ``e``'s.
@@ -1215,11 +1222,8 @@ def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") ->
     """
     if not e.fits:
         return None
-    p = e.plan
-    total = p.micro_batch * p.grad_accum
-    for mb in (m for m in range(total, p.micro_batch, -1) if total % m == 0):
-        bigger = estimate(p.replace(micro_batch=mb, grad_accum=total // mb), bf16_states=e.bf16_states, spec=spec,
-                          device=device)
+    for shaped in _same_global_batch(e.plan, above=e.plan.micro_batch):
+        bigger = estimate(shaped, bf16_states=e.bf16_states, spec=spec, device=device)
         if bigger.fits:
             return bigger
     return None
@@ -1663,16 +1667,16 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     if b16.fits_gpu and b16.fits_host is not False:
         alts = [fp32_ram, nvme_alt]
         # exact Adam with the parameters left on the GPU, at a shape of the same global batch that fits
-        total = plan.micro_batch * plan.grad_accum
-        for mb in (m for m in range(total, 0, -1) if total % m == 0):
-            opt = estimate(base.replace(offload_param="none", micro_batch=mb, grad_accum=total // mb), spec=spec,
-                           device=device)
+        for shaped in _same_global_batch(base.replace(offload_param="none")):
+            opt = estimate(shaped, spec=spec, device=device)
             if opt.fits:
+                mb, ga = shaped.micro_batch, shaped.grad_accum
                 alts.append(f"exact Adam with the parameters on the GPU: ZeRO-3 + optimizer offload, fp32 states, "
                             f"{g(opt.host_gib['total'])} of RAM, GPU {g(opt.gpu_gib['total'])} at micro batch {mb} × "
-                            f"{total // mb} (--offload-param none --micro-batch {mb} --grad-accum {total // mb}); "
-                            "slower when it fills the host (LLaMA-7B on 125.8 GiB: 776 tokens/s at 8 × 2 against "
-                            "4,182 with bf16 states and full offload at 16 × 1, docs/benchmarks.md §15)")
+                            f"{ga} (--offload-param none --micro-batch {mb} --grad-accum {ga}); slower when it fills "
+                            f"the host (LLaMA-7B on 125.8 GiB: {LARGER_MICRO_MEASURED_OPT['fp32']['8x2']:,.0f} tokens/s "
+                            "at 8 × 2 against 4,182 with bf16 states and full offload at 16 × 1, "
+                            f"{LARGER_MICRO_MEASURED_OPT['source']})")
                 break
         return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit with full offload, bf16 states "
                              f"do: {need}.", est, tuple(alts), **extra)
