@@ -430,9 +430,10 @@ NB06_BEFORE = {"tokens_per_s": 450.595, "step_time_s": 36.3666, "micro_batch": 2
                "path": "docs/gpu/gpu-1x24gib/06_final_1x4090/cpu_offload/summary.json"}
 
 
-def _session5_commands() -> dict:
-    """The device commands of session 5 (docs/benchmarks.md §14), each ``--deadline-s`` read from its raw record."""
-    dl = {f: json.loads((RAW / f).read_text())["deadline_s"] for fs in SESSION5_RAW.values() for f in fs}
+def _session5_commands(raws: dict) -> dict:
+    """The device commands of session 5 (docs/benchmarks.md §14), each ``--deadline-s`` read from its raw record
+    (``raws``: file name -> the loaded raw levers.json)."""
+    dl = {f: raws[f]["deadline_s"] for fs in SESSION5_RAW.values() for f in fs}
     setup = ". benchmarks/device/setup.sh (carry: .whl, .debs); "
     lev = "python3 -m benchmarks.levers"
     c1, (c2a, c2b), (c3a, c3b) = SESSION5_RAW["call1"][0], SESSION5_RAW["call2"], SESSION5_RAW["call3"]
@@ -525,7 +526,7 @@ def build_session5() -> dict:
                   "LLaMA shape, ZeRO-2 + optimizer offload) and LLaMA-7B itself on one rank (ZeRO-3, optimizer and "
                   "parameters on the CPU, bf16 states; micro batch x accumulation at 16 sequences per step, and "
                   "DeepSpeed's core binding); one H200 capped at 24 GiB, seq 1024, bf16, gradient checkpointing",
-                  _session5_commands()),
+                  _session5_commands(raws)),
         "machine_note": "machine from call 1's machine.json; call 3's is the same except disk_free_gib"
                         if same_machine else "call 1's and call 3's machine.json differ: see the raw files",
         "calls": {call: {"raw": list(files), "started": [raws[f]["started"] for f in files],
@@ -667,9 +668,10 @@ RUNFILE_CALL3 = RAW / "h200_runfile_session6_call3"
 SESSION6_ESTIMATED = ("7b-z3opt-2x8", "7b-z3opt-8x2", "notebook06-16x1", "liger-fp32-26")
 
 
-def _session6_commands() -> dict:
-    """The device commands of session 6, each ``--deadline-s`` read from its raw record."""
-    dl = {c: json.loads((RAW / f).read_text())["deadline_s"] for c, f in SESSION6_RAW.items()}
+def _session6_commands(raws: dict) -> dict:
+    """The device commands of session 6, each ``--deadline-s`` read from its raw record (``raws``: call -> the
+    loaded raw levers.json)."""
+    dl = {c: raws[c]["deadline_s"] for c in SESSION6_RAW}
     setup, lev = ". benchmarks/device/setup.sh; ", "python3 -m benchmarks.levers --out $OUT/levers"
     return {"call1": f"{setup}{lev} --work /tmp/lev5 --deadline-s {dl['call1']:.0f} --plan call5 --phases ''",
             "call2": f"{setup}{lev} --work /tmp/lev6 --deadline-s {dl['call2']:.0f} --plan call5 --only liger-fp32-26 "
@@ -822,7 +824,7 @@ def build_session6() -> dict:
                   "variant, bf16 states) at 2 x 8 and 8 x 2; notebook 06's 2 x 8 full offload with pin_memory false; "
                   "Liger at micro 26 with fp32 states (3.4B LLaMA shape, ZeRO-2 + optimizer offload); notebook 06 "
                   "itself re-executed at 16 x 1 with pinned buffers; seq 1024, bf16, gradient checkpointing",
-                  _session6_commands()),
+                  _session6_commands(raws)),
         "machine_note": "machine from call 1's machine.json; call 2's is the same except disk_free_gib"
                         if same_machine else "call 1's and call 2's machine.json differ: see the raw files",
         "calls": {c: {"raw": [f], "started": [raws[c]["started"]], "deadline_s": [raws[c]["deadline_s"]]}
