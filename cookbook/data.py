@@ -864,19 +864,33 @@ def packed_attention_cost_note(attention: dict, *, packing: bool, on_gpu: bool) 
             "Faster: `pip install flash-attn` (varlen kernels; the cookbook flattens each micro batch for them), or "
             "--no-packing, which cuts every example to --seq-len (tokens past it are not trained)")
 
+def _block_mask_as_dense(mask, n: int):
+    """A FlexAttention ``BlockMask`` (what transformers' ``flex_attention`` path returns) as the boolean
+    ``[1, 1, n, n]`` mask its ``mask_mod`` defines token by token; anything else is returned as it is."""
+    mask_mod = getattr(mask, "mask_mod", None)
+    if mask_mod is None or not callable(mask_mod):
+        return mask
+    import torch
+    z = torch.tensor(0)
+    rows = [[bool(mask_mod(z, z, torch.tensor(q), torch.tensor(k))) for k in range(n)] for q in range(n)]
+    return torch.tensor(rows).view(1, 1, n, n)
+
+
 def packing_attention(model) -> dict:
     """Whether this model's attention keeps each packed example to itself, checked on its own config.
 
     transformers (5.x, ``masking_utils``) builds the causal mask of the ``sdpa``, ``eager`` and
     ``flex_attention`` paths block-diagonal when ``attention_mask`` is None and ``position_ids``
     restart inside a row (``find_packed_sequence_indices``). The check calls ``create_causal_mask``
-    with the model's config on positions [0, 1, 2, 0, 1, 2] and looks at the mask it returns.
+    with the model's config on positions [0, 1, 2, 0, 1, 2] and looks at the mask it returns (for
+    ``flex_attention`` a ``BlockMask``, read through its ``mask_mod``; ``dense_mask`` False then: no
+    ``b·s²`` mask is stored).
     ``flash_attention_*`` read the example boundaries from ``position_ids`` (varlen kernels) only when
     the batch is one row (``_is_packed_sequence``), so micro batches are then flattened to one row.
     Models whose code is not transformers' own are not checked (within_examples False).
 
     Returns:
-        ``{"implementation", "within_examples", "flatten", "how"}``.
+        ``{"implementation", "within_examples", "flatten", "dense_mask", "how"}``.
     """
     import inspect
 
@@ -884,7 +898,7 @@ def packing_attention(model) -> dict:
     config = getattr(model, "config", model)
     impl = getattr(config, "_attn_implementation", None) or "eager"
     module = type(model).__module__ if hasattr(model, "config") else "transformers."
-    res = {"implementation": impl, "within_examples": False, "flatten": False}
+    res = {"implementation": impl, "within_examples": False, "flatten": False, "dense_mask": impl != "flex_attention"}
     if not module.startswith("transformers."):
         res["how"] = (f"the model's own code ({module}) builds its attention mask; not checked, so examples in a "
                       "row may attend to each other")
@@ -895,7 +909,7 @@ def packing_attention(model) -> dict:
         except ImportError:
             res["how"] = f"{impl}: this transformers has no packed-sequence detection; examples in a row attend to each other"
             return res
-        res.update(within_examples=True, flatten=True,
+        res.update(within_examples=True, flatten=True, dense_mask=False,
                    how=f"{impl}: varlen kernels with example boundaries from position_ids (micro batch flattened "
                        "to one row, as DataCollatorWithFlattening does); nothing crosses example boundaries")
         return res
@@ -914,14 +928,16 @@ def packing_attention(model) -> dict:
     except Exception as exc:  # noqa: BLE001 - the answer is then "not kept apart"
         res["how"] = f"{impl}: the mask check failed ({type(exc).__name__}: {exc}); examples in a row may attend to each other"
         return res
+    mask = _block_mask_as_dense(mask, 6)
     if not isinstance(mask, torch.Tensor) or mask.dim() != 4:
         res["how"] = (f"{impl}: transformers returned no explicit mask for packed positions (plain causal attention); "
                       "examples in a row attend to the earlier examples of the row")
         return res
     allowed = mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0
     if bool(allowed[4, 3]) and bool(allowed[2, 0]) and not bool(allowed[3, 2]) and not bool(allowed[5, 0]):
+        kind = "a document BlockMask" if impl == "flex_attention" else "a block-diagonal causal mask"
         res.update(within_examples=True,
-                   how=f"{impl}: transformers builds a block-diagonal causal mask from the per-example position_ids "
+                   how=f"{impl}: transformers builds {kind} from the per-example position_ids "
                        "(masking_utils.find_packed_sequence_indices); nothing crosses example boundaries")
     else:
         res["how"] = f"{impl}: the causal mask spans the whole row; examples attend to the earlier examples of the row"

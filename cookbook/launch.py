@@ -729,12 +729,19 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
     return findings, est, refusals
 
 
-def packed_with_mask(packing: bool | None) -> bool:
-    """Whether packed rows will reach the attention as a block-diagonal mask (transformers' sdpa/eager path,
-    which stores ``b·a·s²`` scores per layer: see :func:`cookbook.train.masked_attention`) rather than
-    flash-attention's varlen path: packing not turned off and the ``flash_attn`` package not installed."""
-    import importlib.util
-    return packing is not False and importlib.util.find_spec("flash_attn") is None
+def packed_with_mask(packing: bool | None, attention: str = "sdpa") -> bool:
+    """Whether packed rows will reach the attention of a GPU run as a dense block-diagonal mask (transformers'
+    sdpa/eager path, which stores ``b·a·s²`` scores per layer: see :func:`cookbook.train.masked_attention`)
+    rather than flash-attention's varlen path or FlexAttention's BlockMask: packing not turned off and
+    ``attention`` (``--attention``) resolving to sdpa or eager (:func:`cookbook.attention.choose`)."""
+    from .attention import AttentionError, choose
+    if packing is False:
+        return False
+    try:
+        impl, _ = choose(attention, on_gpu=True, packing=packing)
+    except AttentionError:
+        return True
+    return impl in ("sdpa", "eager")
 
 
 def stated_fields(plan: Plan, *, lr: float = 3e-3, max_steps: int = 40, warmup_steps: int | None = None) -> set[str]:
@@ -765,7 +772,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
            run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
            dataset_split: str | None = None, dataset_fields: str | dict | None = None,
            chat_template: str | None = None, lr_source: str | None = None,
-           liger: bool | None = None) -> RunResult:
+           liger: bool | None = None, attention: str = "auto") -> RunResult:
     """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
 
     Args:
@@ -798,6 +805,8 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             (default) packs when the model's attention keeps packed examples apart.
         dataset_split, dataset_fields, chat_template: ``--dataset-split``, ``--dataset-fields`` (a string
             ``standard=yours,...`` or a dict), ``--chat-template`` (a Jinja file).
+        attention: ``--attention`` (:mod:`cookbook.attention`): auto, sdpa, flex, flash or eager; passed to the
+            ranks as transformers' ``attn_implementation``.
         liger: Liger kernels' fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`); None: the plan's
             ``liger`` field decides, True/False sets it. Refused (status ``config_error``) without an NVIDIA GPU,
             without liger-kernel, for an architecture other than llama/qwen2 and with ZeRO-3; a dry run of a real
@@ -856,7 +865,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                 packing=packing is True, no_packing=packing is False, dataset_split=dataset_split,
                 dataset_fields=(",".join(f"{k}={v}" for k, v in dataset_fields.items())
                                 if isinstance(dataset_fields, dict) else dataset_fields),
-                chat_template=chat_template)
+                chat_template=chat_template, attention=None if attention == "auto" else attention)
 
     resolution = None
 
@@ -1051,7 +1060,7 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     filled = {r.path for r in resolution.rows if r.how != "kept"} if resolution is not None else None
     findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
                                      bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
-                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing),
+                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing, attention),
                                      filled=filled, names=names)
     lint_errors = [f for f in findings if f["severity"] == "error"]
 
@@ -1518,7 +1527,8 @@ def _cli(args) -> int:
                      eval_fraction=args.eval_fraction, eval_dataset=args.eval_dataset, eval_steps=args.eval_steps,
                      save_total_limit=args.save_total_limit, save_16bit=args.save_16bit, report_to=args.report_to,
                      random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None),
-                     lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
+                     lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None),
+                     attention=getattr(args, "attention", "auto"))
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143

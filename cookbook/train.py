@@ -91,6 +91,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                          "(default: on when the model's attention keeps packed examples apart)")
     pk.add_argument("--no-packing", dest="packing", action="store_false",
                     help="one example per row, padded to the longest row of its micro batch")
+    from .attention import CHOICES as ATTENTION_CHOICES
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
+                   help="attention implementation (transformers' attn_implementation): auto takes flash-attn when "
+                        "installed, else flex for packed rows on a GPU, else sdpa; the console says which and why")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=3, help="ZeRO stage")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default="none", help="optimizer states to cpu/nvme")
     p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default="none", help="parameters to cpu/nvme (ZeRO-3)")
@@ -822,9 +826,15 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
     _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with "
                  "--trust-remote-code)" if args.trust_remote_code else "[model] trust_remote_code=False: only "
                  "transformers' own modelling code runs")
+    from .attention import AttentionError, choose
+    try:
+        attn_impl, attn_why = choose(getattr(args, "attention", "auto"), on_gpu=cuda, packing=args.packing)
+    except AttentionError as exc:
+        raise TrainInputError(str(exc)) from None
+    _print_rank0(accelerator, f"[attention] {attn_impl} ({attn_why})")
     if spec.has_weights:
         with quiet_loading_bars():  # the rank's stderr is its log file: no "Loading weights" redraws there
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None,
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None, attn_implementation=attn_impl,
                                                          trust_remote_code=args.trust_remote_code, local_files_only=True)
         safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
         origin = f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
@@ -835,7 +845,8 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
         # Random init on the GPU when the whole model lives there anyway (ZeRO-0/1/2): initialising
         # 3.4e9 parameters on the CPU took ~3 minutes on the H200 box. ZeRO-3 builds under zero.Init.
         with torch.device(accelerator.device if cuda and not zero3 else "cpu"):
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=args.trust_remote_code)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=args.trust_remote_code,
+                                                     attn_implementation=attn_impl)
         origin = "random weights (architecture only)"
     _print_rank0(accelerator, f"[model] {args.model}: {spec.num_params:,} parameters, {origin}, {precision}")
     gradient_checkpointing = args.gradient_checkpointing if args.gradient_checkpointing is not None else \
@@ -1284,7 +1295,7 @@ def masked_attention(facts: dict) -> bool:
     allocation at b=4, a=32, s=4096 ended the run out of memory) and ran the 3.4B recipe at 5,299 tokens/s
     instead of 8,047 on unpacked full rows."""
     att = facts.get("attention") or {}
-    return bool(facts.get("packing")) and not att.get("flatten")
+    return bool(facts.get("packing")) and att.get("dense_mask", not att.get("flatten"))
 
 
 def estimate_beside_measurement(args, world, ds_config, precision, gradient_checkpointing, measured, on_cpu,

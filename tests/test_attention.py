@@ -1,0 +1,79 @@
+"""--attention: the rule `auto` applies, the refusals, and the same loss on packed rows with each implementation."""
+import pytest
+
+from cookbook.attention import CHOICES, AttentionError, choose
+from cookbook.data import load_tokenizer, make_rows, normalise, packing_attention, tokenize
+from cookbook.models import model_spec
+
+
+def test_auto_rule():
+    # flash-attn installed on a GPU: its varlen kernels, packed or not
+    assert choose("auto", on_gpu=True, packing=True, flash=True, flex=True)[0] == "flash_attention_2"
+    # packed rows on a GPU without flash-attn: flex (document BlockMask), also when packing is left to its default
+    assert choose("auto", on_gpu=True, packing=True, flash=False, flex=True)[0] == "flex_attention"
+    assert choose("auto", on_gpu=True, packing=None, flash=False, flex=True)[0] == "flex_attention"
+    # unpacked rows, a CPU run, or a torch without FlexAttention: sdpa, with the reason
+    impl, why = choose("auto", on_gpu=True, packing=False, flash=False, flex=True)
+    assert impl == "sdpa" and "not packed" in why
+    impl, why = choose("auto", on_gpu=False, packing=True, flash=True, flex=True)
+    assert impl == "sdpa" and "no GPU" in why
+    assert choose("auto", on_gpu=True, packing=True, flash=False, flex=False)[0] == "sdpa"
+    # an explicit choice is taken as typed
+    assert choose("eager", on_gpu=False, packing=True) == ("eager", "--attention eager")
+    assert choose("flex", on_gpu=True, packing=False, flex=True)[0] == "flex_attention"
+    assert set(CHOICES) == {"auto", "sdpa", "flex", "flash", "eager"}
+
+
+@pytest.mark.parametrize("requested,kw,words", [
+    ("flex", dict(on_gpu=False, flex=True), ["--attention flex", "no backward on the CPU", "--attention sdpa"]),
+    ("flash", dict(on_gpu=True, flash=False), ["--attention flash", "not installed", "pip install flash-attn"]),
+    ("flash", dict(on_gpu=False, flash=True), ["--attention flash", "NVIDIA GPU"]),
+    ("fast", dict(on_gpu=True), ["--attention 'fast'", "auto, sdpa, flex, flash, eager"]),
+])
+def test_refusals_name_the_flag_and_the_fix(requested, kw, words):
+    with pytest.raises(AttentionError) as e:
+        choose(requested, packing=True, **kw)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_train_cli_refuses_flex_on_cpu_before_loading(tmp_path):
+    """`cookbook train --attention flex` on a CPU machine stops with the flag named, not inside torch."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "cookbook.cli", "train", "--model", "tiny-llama", "--random-weights",
+                        "--attention", "flex", "--max-steps", "1", "--output-dir", str(tmp_path / "run"),
+                        "--zero-stage", "0"], capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"})
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "--attention flex" in out and "Traceback" not in out, out[-2000:]
+
+
+def test_packed_rows_same_loss_with_every_implementation_on_cpu():
+    """One packed row of three chats: sdpa, eager and flex_attention (forward; FlexAttention has no CPU
+    backward) give the same loss, and the packing check accepts flex's BlockMask as keeping examples apart."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    tok = load_tokenizer()
+    chat = [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": "2 + 3 = 5"},
+            {"role": "user", "content": "Thanks!"}, {"role": "assistant", "content": "You're welcome."}]
+    data = tokenize(normalise([{"messages": chat}, {"messages": chat[:2]}, {"messages": chat[2:]}]), tok, 512)
+    width = sum(data.lengths)
+    rows = make_rows(data, width, packing=True, seed=0, pad_id=tok.pad_token_id)
+    batch = rows.batch([0], tok.pad_token_id)
+    cfg = AutoConfig.from_pretrained(model_spec("tiny-llama").path)
+    losses, checks = {}, {}
+    for impl in ("sdpa", "eager", "flex_attention"):
+        torch.manual_seed(0)
+        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=impl).eval()
+        checks[impl] = packing_attention(m)
+        with torch.no_grad():
+            losses[impl] = float(m(**batch).loss)
+    assert losses["eager"] == pytest.approx(losses["sdpa"], rel=1e-5)
+    # to bf16 rounding (2**-8), as issue 32 asks: on the CPU, transformers' flex path differs from sdpa on the
+    # first example's tokens by up to ~0.4 in a logit (loss ~5e-4 relative) although torch's flex_attention with
+    # the same BlockMask matches sdpa to 3e-7 and the mask itself is exact (checked below); `auto` never takes flex
+    # on the CPU, and benchmarks/device/call_attention.sh compares per-token losses on the GPU, where it runs
+    assert losses["flex_attention"] == pytest.approx(losses["sdpa"], rel=2**-8)
+    assert checks["flex_attention"]["within_examples"] and not checks["flex_attention"]["dense_mask"]
+    assert "BlockMask" in checks["flex_attention"]["how"]
+    assert checks["sdpa"]["within_examples"] and checks["sdpa"]["dense_mask"]
