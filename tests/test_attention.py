@@ -76,3 +76,19 @@ def test_packed_rows_same_loss_with_every_implementation_on_cpu():
     assert checks["flex_attention"]["within_examples"] and not checks["flex_attention"]["dense_mask"]
     assert "BlockMask" in checks["flex_attention"]["how"]
     assert checks["sdpa"]["within_examples"] and checks["sdpa"]["dense_mask"]
+
+
+def test_run_file_key_attention(tmp_path):
+    """`attention:` in a run file is read like the flag, and a bad value names the file, the key and the choices."""
+    import subprocess
+    import sys
+    bad, good = tmp_path / "bad.yaml", tmp_path / "good.yaml"
+    bad.write_text("model: tiny-llama\nrandom-weights: true\nattention: bogus\n")
+    good.write_text("model: tiny-llama\nrandom-weights: true\nattention: eager\n")
+    run = lambda f, o: subprocess.run([sys.executable, "-m", "cookbook.cli", "train", str(f), "--dry-run",  # noqa: E731
+                                       "--output-dir", str(tmp_path / o)], capture_output=True, text=True, timeout=300)
+    r = run(bad, "b")
+    assert r.returncode != 0 and "attention: 'bogus' is not one of auto, sdpa, flex, flash, eager" in r.stdout + r.stderr
+    r = run(good, "g")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "--attention eager" in (tmp_path / "g" / "command.sh").read_text()
