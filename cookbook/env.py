@@ -108,6 +108,40 @@ OMP_BINDING_COST = {"source": "docs/benchmarks.md §14", "optimizer_step_s_bound
 _PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("transformers", "transformers"),
              ("accelerate", "accelerate"))
 
+#: The repository's constraints file: the versions CI and the committed GPU evidence used.
+CONSTRAINTS_PATH = Path(__file__).resolve().parent.parent / "constraints.txt"
+
+
+def tested_versions(path: str | os.PathLike | None = None) -> dict[str, list[str]]:
+    """The tested set: ``{package: [versions]}`` from ``constraints.txt`` (``name==version`` lines, and a
+    ``# torch tested: V (where), V (where)`` comment, since CI and the GPU machine used different torch builds).
+    Empty when the file is not there (an install from a wheel, without the repository)."""
+    path = Path(path) if path else CONSTRAINTS_PATH
+    if not path.is_file():
+        return {}
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)==([^\s;#]+)", line)
+        if m:
+            out.setdefault(m.group(1).lower(), []).append(m.group(2))
+        m = re.match(r"#\s*torch tested:\s*(.+)", line)
+        if m:
+            out["torch"] = re.findall(r"(\d+\.\d+(?:\.\d+)?)", m.group(1))
+    return out
+
+
+def _version_vs_tested(mod: str, v: str, tested: dict) -> Check:
+    """``ok`` when ``v`` is one the tested set names (the public part, without ``+cu130``), else ``warn``."""
+    want = tested.get(mod)
+    if not want:
+        return Check(mod, "ok", v, f"{mod} is installed")
+    if v.split("+")[0] in want:
+        return Check(mod, "ok", v, f"{mod} is installed, the version the cookbook was tested with (constraints.txt)")
+    return Check(mod, "warn", v, f"{mod} {v} differs from the tested {' / '.join(want)} (constraints.txt: what CI "
+                 "and the committed GPU runs used); the cookbook relies on version-specific behaviour of DeepSpeed, "
+                 "transformers and Accelerate", f"pip install -e '.[test]' -c constraints.txt (or pin {mod}=="
+                 f"{want[0]})")
+
 
 class FactsError(ValueError):
     """A facts file cannot be read or holds a value of the wrong type; the message names file, key and fix."""
@@ -788,10 +822,11 @@ def _check_versions(facts: dict, plan: Plan | None) -> list[Check]:
     checks = [Check("python", "ok" if facts.get("python_version") else "warn",
                     facts.get("python_version") or "unknown",
                     "Python interpreter running the cookbook" if facts.get("python_version") else "not recorded in the facts")]
+    tested = tested_versions()
     for mod, pip in _PACKAGES:
         v = facts.get(f"{mod}_version")
         if v:
-            checks.append(Check(mod, "ok", v, f"{mod} is installed"))
+            checks.append(_version_vs_tested(mod, v, tested))
         elif f"{mod}_version" in facts:
             checks.append(Check(mod, "fail", "not installed", f"the cookbook needs {mod}", f"pip install {pip}"))
         else:

@@ -520,3 +520,18 @@ def test_env_refuses_an_unknown_model_as_estimate_does(capsys):
     assert cli.main(["env", "--model", "qwen-15b", "--gpus", "8", "--no-allreduce", "--no-nvme-probe"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --model: model='qwen-15b': not a shipped name")
+
+
+def test_versions_against_the_tested_set(tmp_path):
+    from cookbook.env import _version_vs_tested, tested_versions
+    c = tmp_path / "constraints.txt"
+    c.write_text("deepspeed==0.19.8\ntransformers==5.17.0  # pinned\n# torch tested: 2.13.0 (CPU), 2.11.0 (CUDA)\n")
+    tested = tested_versions(c)
+    assert tested == {"deepspeed": ["0.19.8"], "transformers": ["5.17.0"], "torch": ["2.13.0", "2.11.0"]}
+    assert _version_vs_tested("deepspeed", "0.19.8", tested).status == "ok"
+    assert _version_vs_tested("torch", "2.11.0+cu130", tested).status == "ok"
+    w = _version_vs_tested("transformers", "5.24.0", tested)
+    assert w.status == "warn" and "5.24.0 differs from the tested 5.17.0" in w.reason and "-c constraints.txt" in w.fix
+    assert _version_vs_tested("accelerate", "1.16.0", tested).status == "ok"  # not pinned: nothing to compare
+    assert tested_versions(tmp_path / "missing.txt") == {}
+    assert set(tested_versions()) >= {"deepspeed", "transformers", "accelerate", "torch"}  # the repository's file
