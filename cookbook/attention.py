@@ -62,12 +62,12 @@ def choose(requested: str = "auto", *, on_gpu: bool, packing: bool | None,
     if requested not in CHOICES:
         raise AttentionError(f"--attention {requested!r}: use one of {', '.join(CHOICES)}")
     if requested == "flash" and not (flash and on_gpu):
-        raise AttentionError("--attention flash: " + ("flash-attn is not installed; `pip install flash-attn` "
-                             "(CUDA build of torch needed) or use --attention auto" if not flash else
-                             "flash-attention needs an NVIDIA GPU; use --attention sdpa on the CPU"))
+        raise AttentionError("--attention flash: " + ("flash-attention needs an NVIDIA GPU; use --attention "
+                             "sdpa or auto on the CPU" if not on_gpu else "flash-attn is not installed; use "
+                             "--attention auto, or `pip install flash-attn` (a CUDA build of torch is needed)"))
     if requested == "flex" and not (flex and on_gpu):
         raise AttentionError("--attention flex: " + ("this torch has no FlexAttention (torch >= 2.5); use "
-                             "--attention sdpa" if not flex else "FlexAttention has no backward on the CPU "
+                             "--attention sdpa" if on_gpu else "FlexAttention has no backward on the CPU "
                              "(torch.nn.attention.flex_attention); use --attention sdpa or auto here"))
     if requested != "auto":
         return IMPLEMENTATIONS[requested], f"--attention {requested}"

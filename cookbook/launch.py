@@ -967,6 +967,13 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
     if liger_refused and not dry_run:
         return result("config_error", liger_refused + "; nothing was launched", command="")
+    # the attention kernel, before the ranks start (a dry run that plans a GPU run elsewhere reports the GPU's)
+    from .attention import AttentionError, choose as choose_attention
+    try:
+        attn_impl, attn_why = choose_attention(attention, on_gpu=on_gpu or elsewhere, packing=packing)
+    except AttentionError as exc:
+        return result("config_error", f"{exc}; nothing was launched", command="")
+    print(f"[attention] {attn_impl} ({attn_why})")
 
     # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else;
     #    the learning rate and the run's length are resolved here (epochs -> steps, warm-up ratio -> steps)

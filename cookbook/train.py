@@ -93,8 +93,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                     help="one example per row, padded to the longest row of its micro batch")
     from .attention import CHOICES as ATTENTION_CHOICES
     p.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
-                   help="attention implementation (transformers' attn_implementation): auto takes flash-attn when "
-                        "installed, else flex for packed rows on a GPU, else sdpa; the console says which and why")
+                   help="attention implementation (transformers' attn_implementation; default auto): auto takes "
+                        "flash-attn when installed, else flex for packed rows on a GPU, else sdpa; the console's "
+                        "[attention] line says which and why. eager: transformers' plain PyTorch attention")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=3, help="ZeRO stage")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default="none", help="optimizer states to cpu/nvme")
     p.add_argument("--offload-param", choices=OFFLOAD_TARGETS, default="none", help="parameters to cpu/nvme (ZeRO-3)")

@@ -27,7 +27,8 @@ def test_auto_rule():
 @pytest.mark.parametrize("requested,kw,words", [
     ("flex", dict(on_gpu=False, flex=True), ["--attention flex", "no backward on the CPU", "--attention sdpa"]),
     ("flash", dict(on_gpu=True, flash=False), ["--attention flash", "not installed", "pip install flash-attn"]),
-    ("flash", dict(on_gpu=False, flash=True), ["--attention flash", "NVIDIA GPU"]),
+    ("flash", dict(on_gpu=False, flash=False), ["--attention flash", "NVIDIA GPU", "--attention sdpa"]),
+    ("flex", dict(on_gpu=False, flex=False), ["--attention flex", "no backward on the CPU"]),
     ("fast", dict(on_gpu=True), ["--attention 'fast'", "auto, sdpa, flex, flash, eager"]),
 ])
 def test_refusals_name_the_flag_and_the_fix(requested, kw, words):
@@ -46,6 +47,8 @@ def test_train_cli_refuses_flex_on_cpu_before_loading(tmp_path):
                        env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"})
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "--attention flex" in out and "Traceback" not in out, out[-2000:]
+    assert "nothing was launched" in out and "accelerate launch" not in out  # refused before the ranks start
+    assert not (tmp_path / "run" / "logs" / "rank0.log").exists()
 
 
 def test_packed_rows_same_loss_with_every_implementation_on_cpu():
@@ -76,6 +79,14 @@ def test_packed_rows_same_loss_with_every_implementation_on_cpu():
     assert checks["flex_attention"]["within_examples"] and not checks["flex_attention"]["dense_mask"]
     assert "BlockMask" in checks["flex_attention"]["how"]
     assert checks["sdpa"]["within_examples"] and checks["sdpa"]["dense_mask"]
+
+
+def test_console_names_the_attention_before_launch(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "cookbook.cli", "train", "--model", "tiny-llama", "--random-weights",
+                        "--dry-run", "--output-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "[attention] sdpa (auto: no GPU" in r.stdout, r.stdout[-2000:]
 
 
 def test_run_file_key_attention(tmp_path):
