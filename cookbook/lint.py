@@ -871,12 +871,19 @@ def _rule_precision(ctx: _Ctx) -> None:
     if _enabled(fp16) and fp16.get("enabled") is True and _enabled(bf16) and bf16.get("enabled") is True:
         ctx.add(ERROR, "fp16.enabled", "fp16 and bf16 are both enabled; DeepSpeed asserts "
                 "'bfloat16 and fp16 modes cannot be simultaneously enabled'", "keep one: bf16 on Ampere or newer")
-    if ctx.gpu and isinstance(fp16, dict) and fp16.get("enabled") is True:
+    # fp16 by the config itself, or "auto" that the reader fills from the run's precision (--precision fp16)
+    by_auto = (isinstance(fp16, dict) and fp16.get("enabled") == "auto" and getattr(ctx, "precision", None) == "fp16"
+               and ctx.mode in ("trainer", "accelerate"))
+    if ctx.gpu and isinstance(fp16, dict) and (fp16.get("enabled") is True or by_auto):
         cc = gpu_compute_capability(ctx.gpu)
         if cc is not None and cc >= (8, 0):
+            via = (" (fp16.enabled \"auto\", filled from --precision fp16 as the "
+                   + ("HF Trainer's --fp16" if ctx.mode == "trainer" else "Accelerate's --mixed_precision fp16")
+                   + " fills it)") if by_auto else ""
             ctx.add(WARNING, "fp16",
-                    f"fp16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]}), which computes in bf16 natively: fp16 "
-                    "needs loss scaling and can overflow (skipped steps, NaN loss); bf16 has fp32's range",
+                    f"fp16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]}){via}, which computes in bf16 natively: "
+                    "fp16 needs loss scaling and can overflow (skipped steps, NaN loss); bf16 has fp32's range",
+                    "--precision bf16 (the Trainer's --bf16)" if by_auto else
                     'replace the fp16 block with "bf16": {"enabled": true}')
     if ctx.gpu and gpu_compute_capability(ctx.gpu) is None:
         ctx.add(WARNING, "(gpu)", f"unknown GPU {ctx.gpu!r}: bf16 support not checked",
@@ -1464,12 +1471,17 @@ def _rule_buckets(ctx: _Ctx) -> None:
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
          model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True,
          stated=None, names: dict | None = None, lr: float = 3e-3, max_steps: int = 40,
-         warmup_steps: int | None = None, machine: bool = False, filled=None) -> LintReport:
+         warmup_steps: int | None = None, machine: bool = False, filled=None,
+         precision: str | None = None) -> LintReport:
     """Check a DeepSpeed config (dict, JSON file path) before launch; never raises on bad configs.
 
     Args:
         config_or_path: the config dict, or a path to a JSON file.
         world_size: data-parallel world size (GPUs over all machines); default ``plan.world_size``.
+        precision: the run's precision where the config leaves it to its reader (``--precision``: in
+            ``trainer`` mode the HF Trainer fills ``fp16.enabled``/``bf16.enabled`` "auto" from ``--fp16``/``--bf16``,
+            ``transformers.integrations.deepspeed.HfTrainerDeepSpeedConfig.trainer_config_process``; in
+            ``accelerate`` mode from ``--mixed_precision``); default ``plan.precision`` in ``launch`` mode.
         mode: who reads the config — ``launch`` (what ``cookbook launch --config`` does: every ``"auto"``
             filled from the plan by :func:`cookbook.dsconfig.resolve_config`, then the result checked as
             DeepSpeed sees it; the resolved config is ``report.resolved``), ``deepspeed`` (plain
@@ -1553,6 +1565,7 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
     ctx = _Ctx(cfg, world_size, mode, gpu, model, plan, will_save_hf_model)
     ctx.handled.update(f.path for f in pre)
     ctx.names = dict(names or {})
+    ctx.precision = precision
     ctx.filled = set(filled or ()) | ({r.path for r in resolved.rows if r.how != "kept"} if resolved else set())
     if (model or (plan and plan.model)) and ctx.spec is None:
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
@@ -1714,7 +1727,7 @@ def _run(args) -> int:
     try:
         with stdout_to_stderr():
             report = lint(args.config, world_size=world, mode=mode, gpu=args.gpu, model=args.model, plan=plan,
-                          will_save_hf_model=not args.no_save, **opts)
+                          will_save_hf_model=not args.no_save, precision=args.precision, **opts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

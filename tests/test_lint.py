@@ -657,3 +657,19 @@ def test_bf16_states_flags_without_bf16_or_master_weights():
     assert "bf16.enabled false" in w.message and "set bf16.enabled to true" in w.fix
     good = dict(base, bf16={"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True})
     assert not [x for x in lint(good, world_size=1, mode="deepspeed") if x.path.startswith("bf16.")]
+
+
+def test_trainer_mode_reads_precision_for_auto_fp16():
+    """Issue 31 class 3: the HF Trainer fills fp16.enabled "auto" from --fp16, so `--mode trainer --precision fp16`
+    on an Ampere card gets the fp16 warning the other modes give; bf16 or an unknown precision does not."""
+    from cookbook.lint import lint
+    cfg = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}
+    def fp16_warnings(**kw):
+        return [f for f in lint(cfg, world_size=2, mode="trainer", gpu="A100", **kw) if f.path == "fp16"]
+    w = fp16_warnings(precision="fp16")
+    assert len(w) == 1 and "compute capability 8.0" in w[0].message and "--precision bf16" in w[0].fix
+    assert fp16_warnings(precision="bf16") == [] and fp16_warnings() == []
+    # a card without bf16 (T4, 7.5): no bf16 advice
+    t4 = [f for f in lint(cfg, world_size=2, mode="trainer", gpu="T4", precision="fp16") if f.path == "fp16"]
+    assert t4 == []
