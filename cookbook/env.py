@@ -1124,8 +1124,14 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     checks = []
     total, avail = facts.get("host_memory_gib"), facts.get("host_available_gib")
     swap = facts.get("swap_gib")
-    if total is None and plan is not None and plan.host_memory_gib:
-        total = float(plan.host_memory_gib)  # the plan's --host-memory-gib when the facts do not say
+    typed = f" (--host-memory-gib; this machine has {total:.1f} GiB)" if total else " (--host-memory-gib)"
+    if plan is not None and plan.host_memory_gib:  # what the user typed is the machine being checked
+        if total is None or abs(float(plan.host_memory_gib) - total) > 0.05:
+            total, avail = float(plan.host_memory_gib), None
+        else:
+            typed = ""
+    else:
+        typed = ""
     if plan is None or not plan.model:
         checks.append(Check("host_memory", "ok" if total else "warn",
                             f"{total:.1f} GiB RAM" if total else "unknown",
@@ -1141,7 +1147,8 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
             need = float(est.host_gib["total"])
             swap_note = (f" Swap ({swap:.0f} GiB) does not count: offloaded states sit in pinned (page-locked) memory, "
                          "which the kernel cannot swap out." if swap else "")
-            value = f"need ≈ {need:.1f} GiB of {total:.1f} GiB" + (f" ({avail:.1f} GiB available now)" if avail else "")
+            value = (f"need ≈ {need:.1f} GiB of {total:.1f} GiB{typed}"
+                     + (f" ({avail:.1f} GiB available now)" if avail else ""))
             if need > total:
                 fix = _host_fixes(plan, total, est)
                 checks.append(Check("host_memory", "fail", value,

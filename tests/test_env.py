@@ -535,3 +535,18 @@ def test_versions_against_the_tested_set(tmp_path):
     assert _version_vs_tested("accelerate", "1.16.0", tested).status == "ok"  # not pinned: nothing to compare
     assert tested_versions(tmp_path / "missing.txt") == {}
     assert set(tested_versions()) >= {"deepspeed", "transformers", "accelerate", "torch"}  # the repository's file
+
+
+def test_host_memory_gib_typed_is_the_machine_checked():
+    """Issue 31 class 6: `env --host-memory-gib` was ignored when the facts had this machine's RAM."""
+    from cookbook.env import _check_memory
+    from cookbook.plan import Plan
+    plan = Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
+                host_memory_gib=512)
+    facts = {"host_memory_gib": 23.5, "host_available_gib": 20.0, "swap_gib": 0, "shm_gib": 8}
+    c = [c for c in _check_memory(facts, plan) if c.name == "host_memory"][0]
+    assert c.status == "ok" and "of 512.0 GiB (--host-memory-gib; this machine has 23.5 GiB)" in c.value
+    c = [c for c in _check_memory(facts, plan.replace(host_memory_gib=16)) if c.name == "host_memory"][0]
+    assert c.status == "fail" and "of 16.0 GiB" in c.value
+    c = [c for c in _check_memory(facts, plan.replace(host_memory_gib=None)) if c.name == "host_memory"][0]
+    assert c.status == "fail" and "of 23.5 GiB (20.0 GiB available now)" in c.value
