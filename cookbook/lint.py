@@ -1468,6 +1468,15 @@ def _rule_buckets(ctx: _Ctx) -> None:
 # entry point
 # ----------------------------------------------------------------------------------------------
 
+def _stated_micro(path) -> int | None:
+    """``train_micro_batch_size_per_gpu`` as a number in the JSON file at ``path``, else None."""
+    try:
+        v = json.loads(Path(path).read_text()).get("train_micro_batch_size_per_gpu")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
          model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True,
          stated=None, names: dict | None = None, lr: float = 3e-3, max_steps: int = 40,
@@ -1732,6 +1741,12 @@ def _run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     resolved = report.resolved
+    if not args.model:
+        micro = _stated_micro(args.config)
+        notes.append("memory: not checked — no --model given. ZeRO partitions and offloads the model states, never "
+                     "the activations and logits of each micro batch" + (f" (here {micro} per GPU)" if micro else "")
+                     + "; to check them against the card: cookbook lint CONFIG --model NAME --seq-len TOKENS --gpu "
+                     "NAME, or cookbook estimate NAME --micro-batch N --seq-len TOKENS --gpu-memory-gib G")
     if not Path(args.config).is_file():
         notes = []  # nothing was read: the "not found" error alone, not what the defaults would have been
     to_stdout = not (args.resolve and not args.output)  # --resolve alone: the JSON owns stdout

@@ -673,3 +673,18 @@ def test_trainer_mode_reads_precision_for_auto_fp16():
     # a card without bf16 (T4, 7.5): no bf16 advice
     t4 = [f for f in lint(cfg, world_size=2, mode="trainer", gpu="T4", precision="fp16") if f.path == "fp16"]
     assert t4 == []
+
+
+def test_lint_without_model_says_memory_was_not_checked(tmp_path):
+    """Issue 31 class 4: a large micro batch is not "no problems found" alone: the console says memory was not
+    checked and how to check it; with --model the note goes."""
+    import subprocess
+    import sys
+    cfg = tmp_path / "big.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 64, "gradient_accumulation_steps": 1,
+                               "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "cookbook.cli", "lint", str(cfg), "--mode", "deepspeed",  # noqa: E731
+                                     "--world-size", "8", *a], capture_output=True, text=True, timeout=300).stdout
+    out = run("--gpu", "RTX 4090")
+    assert "memory: not checked — no --model given" in out and "(here 64 per GPU)" in out and "--model NAME" in out
+    assert "memory: not checked" not in run("--model", "tiny-llama")
