@@ -32,7 +32,7 @@ def run_record(folder: Path, call: str) -> dict:
     steps = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
     later = [r["tokens_per_s"] for r in steps[1:] if r.get("tokens_per_s")]
     command = [ln for ln in (folder / "command.sh").read_text().splitlines() if ln.startswith("accelerate ")]
-    rec.update(status=s["status"], model=s["model"], num_params=s["num_params"], micro_batch=s["micro_batch"],
+    rec.update(status=s["status"], world_size=s["world_size"], model=s["model"], num_params=s["num_params"], micro_batch=s["micro_batch"],
                grad_accum=s["grad_accum"], seq_len=s["seq_len"], zero_stage=s["zero_stage"],
                offload_optimizer=s["offload_optimizer"], offload_param=s["offload_param"],
                precision=s["precision"], attention=(s.get("attention") or {}).get("implementation"),
@@ -58,7 +58,8 @@ def summarise(call_dir: str | Path, call: str) -> dict:
         with tarfile.open(call_dir / "runs.tgz") as t:
             t.extractall(tmp, filter="data")
         runs = [run_record(d, call) for d in sorted(Path(tmp).iterdir()) if d.is_dir()]
-    return {"machine": machine, "runs": runs}
+    gpu = str(machine.get("gpu", "")).split(",")[0] or None
+    return {"machine": machine, "runs": [{**r, "gpu": gpu} for r in runs]}
 
 
 def main(argv=None) -> None:
@@ -67,10 +68,13 @@ def main(argv=None) -> None:
     p.add_argument("--call", required=True, help="a label for the call (records are keyed by it)")
     p.add_argument("--into", required=True, help="the reference file to update")
     p.add_argument("--command", default="", help="the device command that made the call, recorded with it")
+    p.add_argument("--what", default="", help="what the file measures (one line, kept at its top)")
     a = p.parse_args(argv)
     new = summarise(a.call_dir, a.call)
     path = Path(a.into)
-    ref = json.loads(path.read_text()) if path.exists() else {"calls": {}, "runs": []}
+    ref = json.loads(path.read_text()) if path.exists() else {"what": a.what, "calls": {}, "runs": []}
+    ref["what"] = a.what or ref.get("what", "")
+    ref["machine"] = new["machine"]  # the newest call's; each call keeps its own under "calls"
     ref["calls"][a.call] = {"machine": new["machine"], "command": a.command}
     ref["runs"] = [r for r in ref["runs"] if r["call"] != a.call] + new["runs"]
     path.write_text(json.dumps(ref, indent=1) + "\n")
