@@ -658,7 +658,9 @@ def classify(run_dir: Path, returncode: int | None, hung: bool, hang_timeout_s: 
         ranks = f"{summary['world_size']} rank" + ("s" if summary["world_size"] != 1 else "")
         note = f" ({summary['row_note']})" if summary.get("row_note") else (
             f" (packed rows of {summary['seq_len']} tokens)" if summary.get("packing") else "")
-        return "ok", (f"{summary['steps']} steps on {ranks}: loss {summary['first_loss']:.3f} → "
+        resumed = re.search(r"step-(\d+)$", str(summary.get("resumed_from") or "").rstrip("/"))
+        resumed = f"resumed from step {int(resumed.group(1))}; " if resumed else ""
+        return "ok", (f"{resumed}{summary['steps']} steps on {ranks}: loss {summary['first_loss']:.3f} → "
                       f"{summary['last_loss']:.3f}, {summary['tokens_per_s']:.0f} tokens/s{note}"), {}
     # the first real traceback, not the secondary ones (peers losing their connection, the launcher)
     for name, text in list(texts.items()) + [("launcher", launcher)]:

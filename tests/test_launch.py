@@ -644,3 +644,16 @@ def test_pinned_openmp_threads_with_cpu_adam_warn_before_launch_and_do_not_refus
     monkeypatch.delenv("OMP_PROC_BIND")
     res = launch(offload, tmp_path / "d", dry_run=True, progress=False, env={"OMP_PLACES": "cores"})
     assert res.status == "dry_run" and "[env] warning: omp_binding: OMP_PLACES=cores" in capsys.readouterr().out
+
+
+def test_ok_line_says_resumed_from_step(tmp_path):
+    """Issue 31 item 4: a resumed run says "resumed from step N" on the console's outcome line."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "launcher.log").write_text("")
+    summary = {"status": "ok", "world_size": 2, "steps": 12, "first_loss": 7.1, "last_loss": 6.2, "tokens_per_s": 900.0,
+               "seq_len": 128, "packing": False, "resumed_from": str(tmp_path / "checkpoints" / "step-00000006")}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    status, message, _ = classify(tmp_path, 0, False, 10, None)
+    assert status == "ok" and message == "resumed from step 6; 12 steps on 2 ranks: loss 7.100 → 6.200, 900 tokens/s"
+    (tmp_path / "summary.json").write_text(json.dumps({**summary, "resumed_from": None}))
+    assert classify(tmp_path, 0, False, 10, None)[1].startswith("12 steps on 2 ranks")

@@ -127,6 +127,7 @@ def test_kill_9_mid_run_then_resume_continues_like_uninterrupted(tmp_path):
                      hang_timeout_s=300, verify_save="off")
     assert resumed.ok, resumed.message
     assert resumed.summary["resumed_from"].endswith("step-00000006")
+    assert resumed.message.startswith("resumed from step 6; "), resumed.message
     a, b = _losses(ref.run_dir), _losses(resumed.run_dir)
     assert sorted(b) == list(range(1, 13))
     for step in range(1, 13):
