@@ -1499,6 +1499,12 @@ def _main(args) -> int:
         plan = plan_from_ds_config(args.config, base=base)
     elif args.model:
         plan = plan_from_args(args, num_gpus=args.world_size)
+    elif (args.zero_stage is not None or args.offload_optimizer != "none" or args.offload_param != "none"
+          or args.nvme_path):
+        # a plan typed without --model: its op, libaio and NVMe checks still run; the memory ones say they need it
+        plan = plan_from_args(args, num_gpus=args.world_size, model=NO_MODEL)
+        print("plan without --model: the op, libaio and NVMe checks run for it; host and GPU memory need --model",
+              file=sys.stderr)
     if args.model:  # an unknown model is refused as estimate and train refuse it, before any check runs
         from .models import ModelNotFoundError, resolve_model_path
         try:

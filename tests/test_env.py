@@ -550,3 +550,19 @@ def test_host_memory_gib_typed_is_the_machine_checked():
     assert c.status == "fail" and "of 16.0 GiB" in c.value
     c = [c for c in _check_memory(facts, plan.replace(host_memory_gib=None)) if c.name == "host_memory"][0]
     assert c.status == "fail" and "of 23.5 GiB (20.0 GiB available now)" in c.value
+
+
+def test_plan_typed_without_model_keeps_its_op_checks(tmp_path):
+    """Issue 31 class 6: `env --zero-stage 3 --offload-optimizer nvme ...` without --model was dropped silently,
+    and with it the async_io / libaio checks the plan needs."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "cookbook.cli", "env", "--zero-stage", "3", "--offload-optimizer", "nvme",
+                        "--offload-param", "nvme", "--nvme-path", str(tmp_path), "--json", "--no-allreduce",
+                        "--no-nvme-probe"], capture_output=True, text=True, timeout=300)
+    report = json.loads(r.stdout)
+    names = {c["name"] for c in report["checks"]}
+    assert "libaio" in names and "deepspeed_ops" in names, names
+    assert "plan without --model" in r.stderr
+    ops = [c for c in report["checks"] if c["name"] == "deepspeed_ops"][0]
+    assert "async_io" in ops["value"]
