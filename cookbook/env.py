@@ -1124,14 +1124,10 @@ def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     checks = []
     total, avail = facts.get("host_memory_gib"), facts.get("host_available_gib")
     swap = facts.get("swap_gib")
-    typed = f" (--host-memory-gib; this machine has {total:.1f} GiB)" if total else " (--host-memory-gib)"
-    if plan is not None and plan.host_memory_gib:  # what the user typed is the machine being checked
-        if total is None or abs(float(plan.host_memory_gib) - total) > 0.05:
-            total, avail = float(plan.host_memory_gib), None
-        else:
-            typed = ""
-    else:
-        typed = ""
+    typed = ""  # what the user typed is the machine being checked; the value then names both
+    if plan is not None and plan.host_memory_gib and (total is None or abs(float(plan.host_memory_gib) - total) > 0.05):
+        typed = f" (--host-memory-gib; this machine has {total:.1f} GiB)" if total else " (--host-memory-gib)"
+        total, avail = float(plan.host_memory_gib), None
     if plan is None or not plan.model:
         checks.append(Check("host_memory", "ok" if total else "warn",
                             f"{total:.1f} GiB RAM" if total else "unknown",

@@ -1471,7 +1471,7 @@ def _rule_buckets(ctx: _Ctx) -> None:
 def _stated_micro(path) -> int | None:
     """``train_micro_batch_size_per_gpu`` as a number in the JSON file at ``path``, else None."""
     try:
-        v = json.loads(Path(path).read_text()).get("train_micro_batch_size_per_gpu")
+        v = json.loads(Path(path).read_text(encoding="utf-8-sig")).get("train_micro_batch_size_per_gpu")
     except (OSError, ValueError, AttributeError):
         return None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
