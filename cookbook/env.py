@@ -1495,6 +1495,8 @@ def _main(args) -> int:
         plan = plan_from_ds_config(args.config, base=base)
     elif args.model:
         plan = plan_from_args(args, num_gpus=args.world_size)
+    elif args.host_memory_gib is not None and not (args.host_memory_gib > 0):
+        Plan(model=NO_MODEL, host_memory_gib=args.host_memory_gib)  # raises the plan's own message for the value
     elif (args.zero_stage is not None or args.offload_optimizer != "none" or args.offload_param != "none"
           or args.nvme_path):
         # a plan typed without --model: its op, libaio and NVMe checks still run; the memory ones say they need it

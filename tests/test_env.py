@@ -566,3 +566,12 @@ def test_plan_typed_without_model_keeps_its_op_checks(tmp_path):
     assert "plan without --model" in r.stderr
     ops = [c for c in report["checks"] if c["name"] == "deepspeed_ops"][0]
     assert "async_io" in ops["value"]
+
+
+def test_bad_host_memory_gib_refused_without_model():
+    """`env --host-memory-gib -5` without --model was ignored (exit 0); it is refused as with --model."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "cookbook.cli", "env", "--host-memory-gib", "-5", "--no-allreduce",
+                        "--no-nvme-probe"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--host-memory-gib -5.0: must be a positive number of GiB" in r.stderr, r.stderr
