@@ -82,6 +82,8 @@ class Variant:
     nvme: bool = False
     env: dict = dataclasses.field(default_factory=dict)
     pin_memory: bool | None = None       # None: the cookbook's config decides; else both offload blocks set to it
+    attention: str = "auto"              # cookbook --attention (issue 32): auto / sdpa / flex
+    native_liger: bool = False           # the cookbook's own --liger (cookbook/liger.py), not the lever wrapper
     note: str = ""
 
 
@@ -200,6 +202,21 @@ def call5_plan() -> list[Variant]:
     ]
 
 
+def call6_plan() -> list[Variant]:
+    """Issue 32: the exact-Adam recipe before and after issue 32 against the HF Trainer running the LLaMA article's
+    config, in one call, on the same full-length rows (one example per row, unpacked). Before: sdpa, micro 16.
+    After: flex attention + the cookbook's ``--liger`` at micro 32 (23.5 GiB reserved on packed chats, 2.05x in one
+    call, docs/gpu/attention.md). fp32 states (exact Adam) in both. Run as ``--plan call6 --phases ''``."""
+    return [
+        Variant("recipe-fp32-sdpa-16", bf16_states=False, attention="sdpa", max_steps=8, timeout_s=200, expect_s=120,
+                note="the exact-Adam recipe before issue 32: sdpa, micro 16 (this run also JIT-builds CPU Adam)"),
+        Variant("recipe-fp32-flex-liger-32", bf16_states=False, attention="flex", native_liger=True, micro_batch=32,
+                max_steps=8, timeout_s=170, expect_s=100,
+                note="the exact-Adam recipe after issue 32: flex attention + --liger, micro 32"),
+        trainer_article(),
+    ]
+
+
 def rehearsal_plan() -> list[Variant]:
     """The same shapes on the CPU with tiny-llama (DS_ACCELERATOR=cpu, fp32, no Liger: Triton needs a GPU)."""
     T = dict(model="tiny-llama", seq_len=128, bf16_states=False, timeout_s=300, expect_s=60)
@@ -303,7 +320,7 @@ def run_cookbook(v: Variant, run_dir: Path, dataset: Path, on_gpu: bool, aio: di
                    # one example per row, cut to seq_len: the rows benchmarks/trainer_baseline.py trains (the
                    # cookbook's default splits and packs these long examples: block-diagonal masks, sdpa's slower
                    # kernel; measured on 2026-12-02 at 0.71x, data/reference/h200_levers_2026-12-02.json)
-                   packing=False)
+                   packing=False, attention=v.attention, liger=True if v.native_liger else None)
     s = res.summary or {}
     rows = res.metrics or []
     rank0 = run_dir / "logs" / "rank0.log"
@@ -824,14 +841,14 @@ def main(argv=None) -> int:
     p.add_argument("--rehearsal", action="store_true", help="the CPU plan (tiny-llama)")
     p.add_argument("--only", default=None, help="comma-separated run names")
     p.add_argument("--skip-aio", action="store_true", help="no async I/O build or disk probe (a CPU box without libaio)")
-    p.add_argument("--plan", default=None, choices=("call2", "call3", "call4", "call5"),
+    p.add_argument("--plan", default=None, choices=("call2", "call3", "call4", "call5", "call6"),
                    help="call2, call3 (fp32-states levers), call4 (LLaMA-7B one rank); none: the first call's runs")
     p.add_argument("--phases", default="setup,disk,cpu,ceilings", help="phases before the runs ('' for none)")
     p.add_argument("--probe-json", default=None, help="a Liger probe result from an earlier call (sizes micro batches)")
     a = p.parse_args(argv)
     import torch
     on_gpu = torch.cuda.is_available()
-    plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan, "call5": call5_plan}
+    plans = {"call2": call2_plan, "call3": call3_plan, "call4": call4_plan, "call5": call5_plan, "call6": call6_plan}
     plan = rehearsal_plan() if a.rehearsal or not on_gpu else plans[a.plan]() if a.plan else gpu_plan()
     if a.only:
         keep = set(a.only.split(","))
