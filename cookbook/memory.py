@@ -1758,7 +1758,8 @@ def _run_cli(args) -> int:
     try:
         machine, how = _speed_machine(args)
     except UnknownGpuError as exc:
-        print(f"error: --gpu {args.gpu!r}: {str(exc).split(': ', 1)[-1]}; e.g. --gpu \"RTX 4090\"", file=sys.stderr)
+        known = str(exc).split("known: ", 1)[-1]
+        print(f"error: --gpu {args.gpu!r}: unknown GPU; known: {known}; e.g. --gpu \"RTX 4090\"", file=sys.stderr)
         return 2
     try:
         plan = plan_from_args(args)
