@@ -1,8 +1,8 @@
 """Fit the speed model's free constants (:mod:`cookbook.speed`) on the committed GPU runs and write the
-prediction table: ``data/calibration/speed_model.json`` (constants, fitting and held-out sets, one row per
+prediction table: ``data/calibration/speed/speed_model.json`` (constants, fitting and held-out sets, one row per
 reconstructable run with predicted vs measured tokens/s)::
 
-    python -m benchmarks.speed_fit            # rewrites data/calibration/speed_model.json
+    python -m benchmarks.speed_fit            # rewrites data/calibration/speed/speed_model.json
     python -m benchmarks.speed_fit --check    # prints the table, writes nothing
 
 Every run of ``data/reference/*.json`` that ended ok with a tokens/s is a row, unless the model does not
@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "data" / "calibration" / "speed_model.json"
+OUT = ROOT / "data" / "calibration" / "speed" / "speed_model.json"
 
 #: (file, run name, occurrence in that file) of the fitting set, and why each is there. The rest is held out.
 FIT_SET = {

@@ -15,7 +15,7 @@ The model, per rank (all ranks run in lockstep; ``g`` ranks on ``m`` machines, `
    gradient checkpointing (one more forward, Chen et al. 2016), plus attention's ``12·L·h·s`` (PaLM, Chowdhery
    et al. 2022, appendix B; ``16·L·h·s`` with the recomputed forward). The achieved fraction depends on the
    attention kernel the run gets (:func:`attention_class`) and is fitted on the H200 runs
-   (``data/calibration/speed_model.json``, ``constants.gpu_fraction``); it is assumed the same on other cards.
+   (``data/calibration/speed/speed_model.json``, ``constants.gpu_fraction``); it is assumed the same on other cards.
 2. **PCIe** bytes per rank at the card's link (``gt_s × lanes × 128/130 / 8`` GB/s, PCI-SIG) × the pinned-copy
    fraction measured on the H200 (54.8 of 63.0 GB/s). What crosses (DeepSpeed 0.19.8):
    ZeRO-1/2 with the optimizer offloaded: the 16-bit gradient partition down every micro step
@@ -65,7 +65,7 @@ MODEL_VERSION = 1
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
 GPUS_FILE = _DATA / "hardware" / "gpus.json"
-CONSTANTS_FILE = _DATA / "calibration" / "speed_model.json"
+CONSTANTS_FILE = _DATA / "calibration" / "speed" / "speed_model.json"
 GB = 1e9
 
 #: attention kernels a run can get (``--attention``): sdpa on unpacked rows, sdpa on packed rows (a
@@ -165,7 +165,7 @@ def _load_constants(path: str) -> dict:
 
 
 def constants(path: str | os.PathLike = CONSTANTS_FILE) -> dict:
-    """The fitted constants (``data/calibration/speed_model.json`` ``constants``, written by
+    """The fitted constants (``data/calibration/speed/speed_model.json`` ``constants``, written by
     ``benchmarks/speed_fit.py``): ``gpu_fraction`` per attention class, ``cpu_adam_params_per_s_per_core``
     (``fp32``/``bf16``), ``zero3_transfer_fraction``, ``overlap``, ``nvme_overlap``, ``pcie_pinned_fraction``."""
     return _load_constants(str(path))

@@ -1,5 +1,5 @@
 """The speed model (cookbook.speed): its terms against hand-computed values, card names, the prediction table
-(data/calibration/speed_model.json) rebuilt row by row against the recorded measurements, and
+(data/calibration/speed/speed_model.json) rebuilt row by row against the recorded measurements, and
 `cookbook estimate --gpu/--cpu-cores`'s good and bad input."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cookbook import speed
 from cookbook.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parent.parent
-TABLE = json.loads((REPO / "data" / "calibration" / "speed_model.json").read_text())
+TABLE = json.loads((REPO / "data" / "calibration" / "speed" / "speed_model.json").read_text())
 
 #: round constants so every term below can be computed by hand.
 C = {"gpu_fraction": {"sdpa_flash": 0.5, "sdpa_no_flash": 0.4, "sdpa_masked": 0.25, "flex": 0.5},
