@@ -47,8 +47,8 @@ EXCLUDED = {
     "zenflow-fp32": "ZenFlow; not modelled",
     "zenflow-fp32-seq": "ZenFlow; not modelled",
     "zenflow-liger-fp32-24": "ZenFlow; not modelled",
-    "7b-16x1-bind": "DeepSpeed's core binding (--bind_cores_to_rank) left CPU Adam on one core's worth of threads; "
-                    "not modelled",
+    "7b-16x1-bind": "DeepSpeed's core binding (ds-bind) made the optimizer step ~10x slower than the same run "
+                    "unbound (the record's ratios_across_calls); not modelled",
     "7b-2x8-nopin": "pin_memory false: pageable copies; the model assumes pinned buffers",
 }
 
@@ -259,6 +259,57 @@ def build() -> dict:
     }
 
 
+DOC = ROOT / "docs" / "speed.md"
+
+
+def markdown(out: dict) -> str:
+    """docs/speed.md: the model in short, its constants, and the table (every row, fit and held out)."""
+    c = out["constants"]
+    lines = ["# Predicted speed: the model and its error against every committed GPU run", "",
+             "Written by `python -m benchmarks.speed_fit` from `data/calibration/speed/speed_model.json`; the model is "
+             "`cookbook/speed.py` (its docstring has every formula and the DeepSpeed 0.19.8 source it follows). "
+             "`cookbook estimate ... --gpu NAME --cpu-cores N [--max-steps S] --json` puts its prediction in each "
+             "variant's `predicted`; `--sweep` shows it beside every option.", "",
+             "**A step** = micro steps × (max(compute, transfers) + (1 − overlap) × min(compute, transfers)) + the "
+             "serial optimizer phase (CPU Adam, the 16-bit copy up, ZeRO-1/2's all-gather, NVMe). Compute: 8·N "
+             "FLOPs a token with gradient checkpointing (6·N without) plus PaLM's attention term, at a fitted fraction "
+             "of the card's dense bf16 peak per attention kernel. Transfers: the PCIe bytes DeepSpeed moves for the "
+             "variant, ZeRO-3's per-submodule fetches at a fitted latency each, ring collectives at (w−1)/w × bytes "
+             "over NVLink or, without peer-to-peer (RTX 4090/3090), through host memory at half the PCIe link.", "",
+             "**Assumed, not measured:** the GPU fraction fitted on an H200 holds on other cards; the pinned PCIe "
+             f"fraction measured on the H200 ({c['pcie_pinned_fraction']:.1%} of the link) holds on other links; each "
+             "GPU has its own x16 link; CPU Adam scales linearly with cores; 100 Gb/s between machines. Not "
+             "modelled: ZenFlow, SuperOffload, DeepSpeed's core binding, pin_memory false (rows excluded below).", "",
+             "## Constants", "", "| constant | value | what |", "| --- | --- | --- |"]
+    for k, v in c.items():
+        lines.append(f"| `{k}` | {json.dumps(v)} | {out['constants_sources'].get(k, '')} |")
+    s = out["summary"]
+    lines += ["", "## Error", "",
+              f"Fitting set ({s['fit']['rows']} rows): median |error| {s['fit']['median_abs_error_pct']} %, max "
+              f"{s['fit']['max_abs_error_pct']} %. **Held out ({s['held_out']['rows']} rows): median |error| "
+              f"{s['held_out']['median_abs_error_pct']} %, max {s['held_out']['max_abs_error_pct']} %, "
+              f"{s['held_out']['within_25_pct']} of {s['held_out']['rows']} within ±25 %.** The fitting set's error says "
+              "little: it has about as many rows as the model has constants; the held-out rows are the model's accuracy.", "",
+              "Held out: " + out["held_out"] + ".", "",
+              "Error = predicted / measured − 1. All runs: one H200 per rank capped at 24 GiB, 16 CPU threads a rank, "
+              "bf16, gradient checkpointing.", "",
+              "| set | file | run | ZeRO | opt/param offload | ranks × micro × accum × seq | states | attention | "
+              "measured tokens/s | predicted | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
+    for t in out["rows"]:
+        w = t["workload"]
+        lines.append(f"| {t['set']} | {t['file']} | {t['name']} | {w['zero_stage']} | {w['offload_optimizer']}/"
+                     f"{w['offload_param']} | {w['world']} × {w['micro_batch']} × {w['grad_accum']} × {w['seq_len']} | "
+                     f"{'bf16' if w['bf16_states'] else 'fp32'} | {w['attention']} | {t['measured_tokens_per_s']:,.0f} | "
+                     f"{t['predicted_tokens_per_s']:,.0f} | {t['error_pct']:+.1f} % |")
+    lines += ["", "## Where it misses (held out, beyond ±25 %)", ""]
+    for t in out["rows"]:
+        if t["set"] == "held_out" and abs(t["error_pct"]) > 25:
+            lines.append(f"- {t['name']} ({t['file']}): {t['error_pct']:+.1f} %")
+    lines += ["", "Runs not in the table (the model does not describe them):", ""]
+    lines += [f"- {x['name']} ({x['file']}): {x['why']}" for x in out["excluded"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="print the table, write nothing")
@@ -273,7 +324,8 @@ def main(argv=None) -> None:
     print(json.dumps(out["constants"]), json.dumps(out["summary"]))
     if not a.check:
         OUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        DOC.write_text(markdown(out))
+        print(f"wrote {OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
