@@ -56,27 +56,37 @@ def step_floor(num_params: int, plan: Mapping, ceilings: Mapping) -> float:
     return t_compute + t_pcie + t_adam
 
 
-def project_rtx4090(run: Mapping, ceilings: Mapping | None = None) -> float | None:
-    """Tokens/s a GPU run would reach on RTX 4090s: measured tokens/s × (floor here / floor on a 4090),
-    i.e. the same achieved fraction of the floor (:func:`step_floor`). ``ceilings`` are the measured ones of
-    the machine the run ran on (default: the H200 reference's, ``data/reference``). None for a CPU run, a run
-    without throughput, or without ceilings."""
+def project_rtx4090(run: Mapping, ceilings: Mapping | None = None, *, cpu_cores: int = 16) -> float | None:
+    """Tokens/s a GPU run's variant would reach on RTX 4090s.
+
+    Without ``ceilings``: the speed model's prediction (:func:`cookbook.speed.predict`) for the run's own plan
+    (model, world size, batch shape, ZeRO stage, offload, states) on RTX 4090s with ``cpu_cores`` per machine —
+    the same model every option of ``cookbook estimate`` gets, with its ZeRO-3 collectives through host memory.
+    With ``ceilings`` (the measured ones of the machine the run ran on): the older floor ratio, measured tokens/s ×
+    (floor there / floor on a 4090) of :func:`step_floor`, kept for the benchmark records that were written with it.
+    None for a CPU run, a run without throughput, or one whose plan is incomplete."""
     if not run or not run.get("tokens_per_s") or run.get("estimate_device") != "cuda":
-        return None
-    if ceilings is None:
-        from .reference import reference_ceilings
-        ceilings = reference_ceilings()
-    if not ceilings:
         return None
     plan = {k: run.get(k) for k in ("num_gpus", "micro_batch", "grad_accum", "seq_len", "zero_stage",
                                       "offload_optimizer", "offload_param")}
     plan["num_gpus"] = run.get("world_size")
     if None in plan.values() or not run.get("num_params"):
         return None
+    if ceilings is None:
+        if not run.get("model"):
+            return None
+        from .models import ModelNotFoundError
+        from .plan import Plan, PlanError
+        from .speed import Machine, SpeedModelError, gpu_spec, predict
+        try:
+            p = Plan(model=run["model"], **plan, gpu_memory_gib=24.0)
+            return predict(p, Machine(gpu_spec("RTX 4090"), cpu_cores),
+                           bf16_states=bool(run.get("bf16_states"))).tokens_per_s
+        except (ModelNotFoundError, PlanError, SpeedModelError, OSError):
+            return None
     here = step_floor(int(run["num_params"]), plan, ceilings)
     there = step_floor(int(run["num_params"]), plan, RTX4090_MODEL)
     return float(run["tokens_per_s"]) * here / there
-
 
 
 #: Notebook 00's recorded 8 × RTX 4090 machine (``cookbook env --dump-facts``, in
@@ -367,8 +377,8 @@ def answers_frame(results: Mapping[str, Mapping | None]):
                          f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
                          f"run {name} on GPUs for a projection")
         else:
-            note = ("GPU run; projection per GPU: the same fraction of the step-time floor on a 4090, for one rank "
-                    "(no traffic between GPUs counted) (benchmarks/report.py)")
+            note = ("GPU run; projection: the speed model (cookbook.speed) for this run's variant on RTX 4090s, "
+                    "16 CPU cores, ZeRO-3 collectives through host memory (docs/speed.md)")
             if label and recipe_label and label != recipe_label:
                 note += f"; measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})"
         from .models import model_spec

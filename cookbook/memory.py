@@ -1713,10 +1713,54 @@ def rehearsal_memory_note(num_params: int | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 # CLI
 
+def _speed_machine(args):
+    """``--gpu`` / ``--cpu-cores`` → a :class:`cookbook.speed.Machine`, and how the card was chosen. Default card:
+    this machine's GPU when ``data/hardware/gpus.json`` knows it, else the RTX 4090 (the cookbook's target)."""
+    from .hardware import nvml_gpus
+    from .speed import Machine, UnknownGpuError, gpu_spec, this_machine_cores
+    name, how = args.gpu, "--gpu"
+    if name is None:
+        here = [g["name"] for g in nvml_gpus()]
+        try:
+            name, how = (here[0], "this machine's GPU") if here else ("RTX 4090", "default: no GPU here")
+            gpu = gpu_spec(name)
+        except UnknownGpuError:
+            name, how = "RTX 4090", f"default: this machine's {here[0]} is not in data/hardware/gpus.json"
+    gpu = gpu_spec(name)
+    cores = args.cpu_cores if args.cpu_cores is not None else this_machine_cores()
+    return Machine(gpu, cores), (how if args.cpu_cores is not None else f"{how}; CPU cores: this machine's")
+
+
+def _predicted(e, machine, args) -> dict:
+    from .speed import predict
+    return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens).to_dict()
+
+
 def _run_cli(args) -> int:
     import sys
     from .models import ModelNotFoundError
     from .plan import plan_from_args
+    from .speed import SpeedModelError, UnknownGpuError
+    if args.cpu_cores is not None and args.cpu_cores < 1:
+        print(f"error: --cpu-cores {args.cpu_cores}: must be a positive number of CPU cores; give the cores of one "
+              "machine, e.g. --cpu-cores 16 (default: this machine's)", file=sys.stderr)
+        return 2
+    if args.max_steps is not None and args.max_steps < 1:
+        print(f"error: --max-steps {args.max_steps}: must be 1 or more optimizer steps", file=sys.stderr)
+        return 2
+    if args.num_epochs is not None and (not args.num_epochs > 0 or not args.dataset_tokens):
+        print(f"error: --num-epochs {args.num_epochs:g} needs --dataset-tokens N (the tokens of your packed dataset, "
+              "positive) and epochs above 0; or give --max-steps", file=sys.stderr)
+        return 2
+    if args.dataset_tokens is not None and args.dataset_tokens < 1:
+        print(f"error: --dataset-tokens {args.dataset_tokens}: must be a positive number of tokens", file=sys.stderr)
+        return 2
+    try:
+        machine, how = _speed_machine(args)
+    except UnknownGpuError as exc:
+        known = str(exc).split("known: ", 1)[-1]
+        print(f"error: --gpu {args.gpu!r}: unknown GPU; known: {known}; e.g. --gpu \"RTX 4090\"", file=sys.stderr)
+        return 2
     try:
         plan = plan_from_args(args)
         device = "cpu" if args.cpu_rehearsal else "cuda"
@@ -1724,21 +1768,52 @@ def _run_cli(args) -> int:
             print(f"error: --bf16-states with --precision {plan.precision}: bf16 optimizer states need bf16 precision; "
                   "drop --bf16-states or set --precision to bf16", file=sys.stderr)
             return 2
+        speed = device == "cuda"
+        where = f"speed predicted for {plan.num_gpus} × {machine.gpu.name}, {machine.cpu_cores} CPU cores ({how})"
         if args.sweep:
             result = sweep(plan, bf16_states=args.bf16_states, device=device)
             decision = decide(plan, bf16_states=True if args.bf16_states else None, device=device)
+            preds = [_predicted(e, machine, args) if speed else None for e in result]
             if args.json:
-                print(json.dumps({"variants": result.to_dict(), "decision": decision.to_dict()}, indent=1))
+                variants = [dict(d, predicted=p) for d, p in zip(result.to_dict(), preds)]
+                dec = decision.to_dict()
+                if speed and decision.recommended is not None:
+                    dec["recommended"]["predicted"] = _predicted(decision.recommended, machine, args)
+                print(json.dumps({"variants": variants, "decision": dec}, indent=1))
             else:
-                print(str(result))
+                frame = result.to_frame()
+                if speed:
+                    frame.insert(frame.columns.get_loc("fits GPU"), "tokens/s (predicted)",
+                                 [round(p["tokens_per_s"]) for p in preds])
+                    frame.insert(frame.columns.get_loc("fits GPU"), "s/step", [round(p["step_s"], 2) for p in preds])
+                print(frame.to_string(index=False))
                 print()
                 print(str(decision))
+                if speed:
+                    print()
+                    print(where)
+                    if decision.recommended is not None:
+                        from .speed import predict
+                        print("  recommended: " + str(predict(decision.recommended, machine, steps=args.max_steps,
+                                                              epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)))
             return 0 if decision.fits else 1
         est = estimate(plan, bf16_states=args.bf16_states, device=device)
+        pred = _predicted(est, machine, args) if speed else None
     except (ModelNotFoundError, EstimateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(est.to_dict(), indent=1) if args.json else str(est))
+    except SpeedModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(dict(est.to_dict(), predicted=pred), indent=1))
+    else:
+        print(str(est))
+        if pred is not None:
+            from .speed import predict
+            print(f"  {where}")
+            print("  " + str(predict(est, machine, steps=args.max_steps, epochs=args.num_epochs,
+                                     dataset_tokens=args.dataset_tokens)))
     return 0
 
 
@@ -1758,6 +1833,15 @@ def register(subparsers) -> None:
                    help="a table over every ZeRO stage/offload variant, then the recommended one for this machine "
                         "(bf16 states and NVMe included) or the smallest change that would fit; exit 1 when nothing fits")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help="the card the speed is predicted for: RTX 4090, RTX 3090, A100, H100, H200, L40S, ... "
+                        "(default: this machine's GPU, else RTX 4090)")
+    p.add_argument("--cpu-cores", type=int, default=None, metavar="N",
+                   help="CPU cores of one machine, shared by its ranks' CPU Adam (default: this machine's)")
+    p.add_argument("--max-steps", type=int, default=None, metavar="N", help="optimizer steps of the run (for its time)")
+    p.add_argument("--num-epochs", type=float, default=None, metavar="E",
+                   help="epochs of the run over --dataset-tokens (for its time)")
+    p.add_argument("--dataset-tokens", type=int, default=None, metavar="N", help="tokens of the packed dataset")
     p.set_defaults(func=_run_cli)
 
 
