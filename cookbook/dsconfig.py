@@ -58,20 +58,29 @@ DEEPSPEED_OWN_AUTO = frozenset(f"zero_optimization.zenflow.{k}" for k in ("selec
 
 #: Training-side options a preset carries beside its ZeRO settings (plan fields; DeepSpeed's JSON has no key for
 #: them). ``zero2-offload-liger``: the recipe (ZeRO-2 + optimizer CPU offload, fp32 states: exact Adam) with
-#: Liger's fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`), the measured recommendation for the
-#: 3.4B shape on one 24 GiB GPU: micro batch 24 ran 8,117 tokens/s, 1.32× the same recipe at micro batch 16
-#: without it (6,169, same device call; micro batch 28 ran out of GPU memory; ``docs/benchmarks.md`` §14,
-#: :data:`LIGER_RECOMMENDED`). :func:`preset_plan` sets them, and ``cookbook config`` prints the ``cookbook
-#: launch`` command that applies them: the JSON alone trains without the lever.
+#: Liger's fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`) and flex attention (``--attention``,
+#: :mod:`cookbook.attention`), the fastest exact-Adam recipe measured for a ~3B model on one 24 GiB GPU
+#: (:data:`LIGER_RECOMMENDED`). :func:`preset_plan` sets them, and ``cookbook config`` prints the ``cookbook
+#: launch`` command that applies them: the JSON alone trains without the levers.
 PRESET_OPTIONS = {"zero2-offload-liger": {"liger": True}}
 
-#: The measured ``zero2-offload-liger`` run (``docs/benchmarks.md`` §14, ``data/reference/h200_levers_2026-12-02c.json``,
-#: names ``recipe-fp32`` / ``liger-fp32-24`` / ``liger-fp32-28``): 3.4B LLaMA shape, one H200 capped at 24 GiB, seq 1024,
-#: fp32 states, micro batch × accumulation 24 × 1.
-LIGER_RECOMMENDED = {"micro_batch": 24, "seq_len": 1024, "gpu_memory_gib": 24, "bf16_states": False,
-                     "tokens_per_s": 8117.0, "baseline_tokens_per_s": 6169.0, "ratio": 8117.0 / 6169.0,
-                     "reserved_gib": 22.7, "out_of_memory_micro_batch": "26 and 28",
-                     "source": "docs/benchmarks.md §14-§15"}
+#: The evidence key of the measured ``zero2-offload-liger`` run (:mod:`cookbook.evidence`, ``data/evidence.json``).
+LIGER_RECOMMENDED_EVIDENCE = "recipe.flex_liger_micro32"
+
+
+def _liger_recommended() -> dict:
+    from .evidence import get
+    r = get(LIGER_RECOMMENDED_EVIDENCE)
+    return {"micro_batch": r.extra["micro_batch"], "attention": r.extra["attention"], "seq_len": 1024,
+            "gpu_memory_gib": 24, "bf16_states": r.extra["states"] == "bf16", "tokens_per_s": r.value,
+            "baseline_tokens_per_s": float(r.baseline["value"]), "ratio": r.ratio,
+            "allocated_gib": r.extra["peak_gpu_allocated_gib"], "reserved_gib": r.extra["peak_gpu_reserved_gib"],
+            "source": r.cite()}
+
+
+#: The measured ``zero2-offload-liger`` run as a dict (micro batch, attention, tokens/s, the same-call baseline,
+#: memory, source), rendered from :data:`LIGER_RECOMMENDED_EVIDENCE`.
+LIGER_RECOMMENDED = _liger_recommended()
 
 #: ``stage3_max_live_parameters`` / ``stage3_max_reuse_distance``: DeepSpeed's defaults (1e9), as in
 #: the HF ZeRO-3 example config. Lower them (e.g. 1e8) to save GPU memory at some speed cost.
@@ -1309,15 +1318,16 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
     """What a preset with training-side options (:data:`PRESET_OPTIONS`) needs beside its JSON, in words, with
     the ``cookbook launch`` command that applies them (``--liger``). DeepSpeed's JSON has no key for them."""
     import shlex
-    cmd = ["cookbook", "launch", "--config", str(path), "--liger", "--model", str(plan.model),
+    cmd = ["cookbook", "launch", "--config", str(path), "--liger", "--attention", LIGER_RECOMMENDED["attention"],
+           "--model", str(plan.model),
            "--num-processes", str(plan.num_gpus), "--zero-stage", str(plan.zero_stage),
            "--offload-optimizer", plan.offload_optimizer, "--micro-batch", str(plan.micro_batch),
            "--grad-accum", str(plan.grad_accum), "--seq-len", str(plan.seq_len), "--precision", plan.precision]
     if bf16_states:
         cmd.append("--bf16-states")
-    text = ("liger: Liger's fused linear cross-entropy is a training-side option, not a DeepSpeed key: this JSON "
-            "alone trains WITHOUT it (and micro batch sizes sized for it may not fit). Launch with --liger (NVIDIA "
-            "GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
+    text = ("liger: Liger's fused linear cross-entropy and flex attention are training-side options, not DeepSpeed "
+            "keys: this JSON alone trains WITHOUT them (and micro batch sizes sized for them may not fit). Launch "
+            "with --liger --attention flex (NVIDIA GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
     from .memory import LIGER_HEADROOM_GIB
     m = LIGER_RECOMMENDED
     try:
@@ -1327,15 +1337,17 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
         if left < LIGER_HEADROOM_GIB:
             text += (f"\n  WARNING: --micro-batch {plan.micro_batch} with --liger leaves {left:.1f} GiB below the "
                      f"{plan.gpu_memory_gib:g} GiB card in the estimate ({est.gpu_gib['total']:.1f} GiB at seq "
-                     f"{plan.seq_len}); measured runs with less than {LIGER_HEADROOM_GIB:g} GiB left ran out of memory: "
-                     "lower --micro-batch")
+                     f"{plan.seq_len}); with sdpa, runs with less than {LIGER_HEADROOM_GIB:g} GiB left ran out of "
+                     f"memory; with flex attention micro batch {m['micro_batch']} of the measured run below fit "
+                     f"({m['allocated_gib']:g} GiB allocated, {m['reserved_gib']:g} reserved): at the edge, lower "
+                     "--micro-batch for room")
     except Exception:  # noqa: BLE001 — a model the estimator cannot size: the measured line below still applies
         pass
     text += (f"\n  measured ({m['source']}): a 3.4B LLaMA on one {m['gpu_memory_gib']} GiB GPU at seq {m['seq_len']}, fp32 "
-             f"states, micro batch {m['micro_batch']} with --liger ran {m['tokens_per_s']:,.0f} tokens/s, "
-             f"{m['ratio']:.2f}x micro batch 16 without it ({m['reserved_gib']} GiB reserved; micro batch "
-             f"{m['out_of_memory_micro_batch']} ran out of memory): for another model or card, `cookbook estimate "
-             f"... --liger` and keep its estimate >= {LIGER_HEADROOM_GIB:g} GiB below the card")
+             f"states, packed rows, micro batch {m['micro_batch']} with --liger --attention {m['attention']} ran "
+             f"{m['tokens_per_s']:,.0f} tokens/s, {m['ratio']:.2f}x the sdpa recipe at micro batch 16 in the same call "
+             f"({m['allocated_gib']:g} GiB allocated, {m['reserved_gib']:g} reserved): for another model or card, "
+             "`cookbook estimate ... --liger` and keep its estimate below the card")
     if target == "trainer":
         text += ("\n  (HF Trainer: TrainingArguments(use_liger_kernel=True, liger_kernel_config={\"rope\": False, "
                  "\"cross_entropy\": False, \"fused_linear_cross_entropy\": True, \"rms_norm\": False, "
@@ -1489,7 +1501,7 @@ def config_world_size(cfg) -> tuple[int, str] | None:
     return None
 
 
-__all__ = ["check_bf16_states", "LIGER_RECOMMENDED", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
+__all__ = ["check_bf16_states", "LIGER_RECOMMENDED", "LIGER_RECOMMENDED_EVIDENCE", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
            "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
            "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "PIN_MEMORY_OFF_COST", "preset_plan",
