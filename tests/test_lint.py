@@ -105,9 +105,110 @@ def test_batch_without_world_size_warns():
 
 
 def test_batch_micro_from_plan():
+    """A valid config whose micro batch DeepSpeed derives is not refused because the plan's differs (issue 31,
+    class 1): train_batch_size 32 // world size 8 // accumulation 1 = 4, and 4 × 1 × 8 = 32."""
     plan = Plan(num_gpus=8, micro_batch=16, grad_accum=1)
-    f = _find(lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan), "train_batch_size", "error")
-    assert "= 128" in f.message
+    report = lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan)
+    assert not report.errors
+    f = _find(report, "train_micro_batch_size_per_gpu", "warning")
+    assert "= 4" in f.message and "is 16" in f.message and "train_batch_size to 128" in f.fix
+    # the HF Trainer compares train_batch_size with TrainingArguments (16 × 1 × 8 = 128) and raises
+    assert "= 128" in _find(lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan, mode="trainer"),
+                            "train_batch_size", "error").message
+
+
+# DeepSpeed's own batch code is the reference: _set_batch_related_parameters then _batch_assertion, run on an
+# object holding the three keys and a world size (the same attributes DeepSpeedConfig sets before calling them)
+_BATCH_CASES = [(tb, mb, ga, n) for tb in (None, 1, 16, 64, 100, 128) for mb in (None, 1, 2, 4)
+                for ga in (None, 1, 4, 16) for n in (1, 3, 8)]
+
+
+def _deepspeed_reference(tb, mb, ga, n):
+    from types import SimpleNamespace
+
+    from deepspeed.runtime.config import DeepSpeedConfig
+    ns = SimpleNamespace(train_batch_size=tb, train_micro_batch_size_per_gpu=mb, gradient_accumulation_steps=ga,
+                         world_size=n)
+    try:
+        DeepSpeedConfig._set_batch_related_parameters(ns)
+        DeepSpeedConfig._batch_assertion(ns)
+    except AssertionError as exc:
+        return ns, str(exc)
+    return ns, None
+
+
+def test_deepspeed_batch_matches_deepspeed_on_every_combination():
+    from cookbook.lint import deepspeed_batch
+    for tb, mb, ga, n in _BATCH_CASES:
+        ns, refusal = _deepspeed_reference(tb, mb, ga, n)
+        got = deepspeed_batch(tb, mb, ga, n)
+        assert got.refusal == refusal, (tb, mb, ga, n)
+        if refusal is None or not refusal.startswith("Either"):
+            assert (got.train_batch_size, got.micro_batch, got.grad_accum) == (
+                ns.train_batch_size, ns.train_micro_batch_size_per_gpu, ns.gradient_accumulation_steps), (tb, mb, ga, n)
+
+
+@pytest.mark.parametrize("cfg,world", [
+    # LLaMA-Factory / DeepSpeed-examples style: the global batch and accumulation, no micro batch
+    ({"train_batch_size": 64, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+      "zero_optimization": {"stage": 2, "overlap_comm": True}}, 8),
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3}}, 16),
+    ({"train_batch_size": 16, "zero_optimization": {"stage": 2}}, 8),  # accumulation 1, micro 16 // 8 = 2
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}, 4),
+])
+def test_valid_batch_configs_are_accepted_as_deepspeed_accepts_them(cfg, world):
+    """Issue 31, class 1: DeepSpeed derives the missing key and accepts these (checked with its own code);
+    the linter must not call them refused, whatever plan defaults stand beside them."""
+    assert _deepspeed_reference(cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu"),
+                                cfg.get("gradient_accumulation_steps"), world)[1] is None
+    for plan in (None, Plan(num_gpus=world, micro_batch=1, grad_accum=1)):
+        report = lint(cfg, world_size=world, mode="deepspeed", plan=plan, stated=set())
+        assert not report.errors, str(report)
+
+
+def test_cli_deepspeed_mode_derives_the_micro_batch(tmp_path, capsys):
+    """--seq-len/--model make a plan with the default micro batch 1; a config with train_batch_size 128 and
+    accumulation 4 on 8 GPUs is micro batch 4 to DeepSpeed (128 // 8 // 4), not a refusal."""
+    cfg = _write(tmp_path, json.dumps({"train_batch_size": 128, "gradient_accumulation_steps": 4,
+                                       "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    code = cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "8", "--seq-len", "2048"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "refuses" not in out and "the plan has 1" not in out
+    assert "train_batch_size 128 // world size 8 // gradient_accumulation_steps 4 = 4" in out
+    # a typed micro batch that differs from DeepSpeed's is named, with the numbers for it
+    assert cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "8", "--micro-batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "--micro-batch is 2" in out and "train_batch_size to 64" in out
+
+
+@pytest.mark.parametrize("cfg,world,path,quote", [
+    # floor division: micro 100 // 8 = 12, and 12 × 1 × 8 = 96
+    ({"train_batch_size": 100}, 8, "train_batch_size", "100 != 12 * 1 * 8"),
+    # accumulation 48 // 4 // 8 = 1, and 4 × 1 × 8 = 32
+    ({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4}, 8, "train_batch_size", "48 != 4 * 1 * 8"),
+    # accumulation 16 // 4 // 8 = 0
+    ({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4}, 8, "train_batch_size",
+     "Gradient accumulation steps: 0 has to be greater than 0"),
+    ({"gradient_accumulation_steps": 4}, 2, "train_micro_batch_size_per_gpu",
+     "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"),
+])
+def test_refused_batch_configs_quote_deepspeed(cfg, world, path, quote):
+    ref = _deepspeed_reference(cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu"),
+                               cfg.get("gradient_accumulation_steps"), world)[1]
+    assert ref is not None and quote in ref  # DeepSpeed itself refuses it with these words
+    f = _find(lint(cfg, world_size=world, mode="deepspeed"), path, "error")
+    assert quote in f.message and "_set_batch_related_parameters" in f.message
+    for key in cfg:  # the fix speaks of the keys the user wrote
+        assert key in f.fix or key in f.message
+
+
+def test_refused_batch_fix_is_accepted_by_deepspeed():
+    """The fix's numbers are a config DeepSpeed accepts: train_batch_size 48 with micro 4 on 8 GPUs -> 32."""
+    f = _find(lint({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4}, world_size=8), "train_batch_size")
+    import re
+    fixed = int(re.search(r"set train_batch_size to (\d+)", f.fix).group(1))
+    assert fixed == 32 and _deepspeed_reference(fixed, 4, None, 8)[1] is None
 
 
 # ---------------------------------------------------------------- rule 3: "auto"
@@ -285,7 +386,8 @@ def test_generated_presets_are_clean(preset, target):
 def test_seed_000_qwen14b_offload():
     report = lint(SEEDS / "000_qwen14b_zero3_offload.json", world_size=8, gpu="RTX 4090", model="qwen-14b")
     tb = _find(report, "train_batch_size", "error")
-    assert "16 // (16 × 8) = 0" in tb.message and "train_batch_size to 128" in tb.fix
+    assert "train_batch_size 16 // world size 8 // gradient_accumulation_steps 16 = 0" in tb.message
+    assert "'Micro batch size per gpu: 0 has to be greater than 0'" in tb.message and "train_batch_size to 128" in tb.fix
     _find(report, "fp16", "warning")
     _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
     assert report.exit_code == 1 and len(report.errors) == 1
@@ -293,7 +395,7 @@ def test_seed_000_qwen14b_offload():
     plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16, zero_stage=3,
                 offload_optimizer="cpu", offload_param="cpu", host_memory_gib=256)
     report = lint(SEEDS / "000_qwen14b_zero3_offload.json", plan=plan)
-    assert "= 128" in _find(report, "train_batch_size", "error").message
+    assert "train_batch_size to 128" in _find(report, "train_batch_size", "error").fix
     assert "pin_memory" in _find(report, "zero_optimization", "warning").message
 
 
@@ -310,7 +412,8 @@ def test_seed_001_llama_config():
     tb = _find(report, "train_batch_size", "error")
     assert "train_batch_size to 8" in tb.fix  # micro 1 × accumulation 8 × 1 GPU
     plan = Plan(model="llama-7b", num_gpus=1, micro_batch=2, grad_accum=8)
-    assert "= 16" in _find(lint(SEEDS / "001_llama7b_ds_config.json", plan=plan), "train_batch_size").message
+    assert "train_batch_size to 16" in _find(lint(SEEDS / "001_llama7b_ds_config.json", plan=plan),
+                                             "train_batch_size").fix
     _find(report, "activation_checkpointing", "warning")
     _find(report, "fp16", "warning")
     _find(report, "zero_optimization.offload_optimizer.buffer_count", "warning")
@@ -332,11 +435,17 @@ def test_seed_001_nvme_block():
 
 
 def test_seed_002_zero2():
+    # train_batch_size 32 and accumulation 1 on 8 GPUs: DeepSpeed derives micro batch 4 and accepts the config;
+    # the run's micro batch 16 differs, so the fix is train_batch_size 16 × 1 × 8 = 128
     plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=16, grad_accum=1)
     report = lint(SEEDS / "002_qwen14b_zero2.json", plan=plan, gpu="RTX 4090")
-    f = _find(report, "train_batch_size", "error")
-    assert "micro batch 16" in f.message and "= 128" in f.message and "128" in f.fix
+    assert not report.errors
+    f = _find(report, "train_micro_batch_size_per_gpu", "warning")
+    assert "train_batch_size 32 // world size 8 // gradient_accumulation_steps 1 = 4" in f.message
+    assert "128" in f.fix
     _find(report, "fp16", "warning")
+    tb = _find(lint(SEEDS / "002_qwen14b_zero2.json", plan=plan, mode="trainer"), "train_batch_size", "error")
+    assert "16 × gradient_accumulation_steps 1 = 128" in tb.message
 
 
 def test_seed_002_zero3_autos():
