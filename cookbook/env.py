@@ -1120,6 +1120,37 @@ def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
     return checks
 
 
+def _check_fp16(facts: dict, plan: Plan | None, config=None) -> list[Check]:
+    """fp16 on GPUs without bf16 (compute capability < 8.0: V100, T4, ...): what DeepSpeed's dynamic loss scaling
+    does, its failure 'Current loss scale already at minimum - cannot decrease scale anymore' and the fixes
+    (:func:`cookbook.lint.fp16_loss_scale_warning`, the same words ``cookbook lint`` uses), for the GPUs in the facts;
+    the loss-scaling settings are the config's ``fp16`` block when ``config`` (a dict or JSON path) has one, else
+    DeepSpeed's defaults."""
+    if plan is None or plan.precision != "fp16":
+        return []
+    gpus = [g for g in facts.get("gpus") or [] if g.get("compute_capability")]
+    if not gpus:
+        return []
+    low = min(gpus, key=lambda g: tuple(g["compute_capability"]))
+    cc = tuple(low["compute_capability"])
+    if cc >= (8, 0):
+        return []
+    cfg = config
+    if isinstance(config, (str, os.PathLike)):
+        try:
+            cfg = _load_config(config)
+        except Exception:  # noqa: BLE001 - an unreadable config is reported by the plan's own reading
+            cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    from .lint import fp16_loss_scale_warning, loss_scaling
+    message, fix = fp16_loss_scale_warning(cfg.get("fp16"), low.get("name") or "this GPU", cc, cfg=cfg)
+    s = loss_scaling(cfg.get("fp16"))
+    value = (f"fp16 on compute capability {cc[0]}.{cc[1]}; " + (
+        f"dynamic loss scale 2^{s['initial_scale_power']}, exits after {s['overflows_to_exit']} overflows in a row"
+        if s["dynamic"] else f"static loss_scale {s['loss_scale']}"))
+    return [Check("fp16_loss_scaling", "warn", value, message, fix)]
+
+
 def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
     checks = []
     total, avail = facts.get("host_memory_gib"), facts.get("host_available_gib")
@@ -1400,7 +1431,7 @@ RULES = (_check_versions, _check_gpus, _check_rtx40, _check_p2p, _check_build, _
 
 
 def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict | str | None = None,
-          run_allreduce: bool = True, world_size: int | None = None) -> EnvReport:
+          run_allreduce: bool = True, world_size: int | None = None, ds_config: dict | None = None) -> EnvReport:
     """Run every rule on ``facts`` (gathered live when None) for an optional plan.
 
     Args:
@@ -1412,6 +1443,8 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
             accumulation and precision replace the plan's (model and world size stay the plan's,
             or ``world_size`` when given).
         run_allreduce: time the P2P on/off all-reduce when gathering live facts.
+        ds_config: the DeepSpeed config ``plan`` was read from, when the caller read it (``cookbook env --config``):
+            its ``fp16`` block's loss-scaling settings go into the fp16 check (:func:`_check_fp16`).
 
     Returns:
         :class:`EnvReport`; ``report.ok`` is False when any check failed.
@@ -1431,6 +1464,7 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
     rec = recommended_env(facts, plan)
     checks.append(_check_recommended(facts, rec))
     checks.extend(_model_check(plan))
+    checks.extend(_check_fp16(facts, plan, ds_config if ds_config is not None else config))
     return EnvReport(checks=tuple(checks), facts=mask_secrets(facts), recommended_env=rec, plan=plan)
 
 
@@ -1524,6 +1558,6 @@ def _main(args) -> int:
     if args.dump_facts:
         path = dump_facts(facts, args.dump_facts)
         print(f"facts written to {path}", file=sys.stderr)
-    report = check(plan, facts)
+    report = check(plan, facts, ds_config=_load_config(args.config) if args.config is not None else None)
     print(report.to_json() if args.json else str(report))
     return 0 if report.ok else 1

@@ -1002,6 +1002,12 @@ def _rule_precision(ctx: _Ctx) -> None:
                     "fp16 needs loss scaling and can overflow (skipped steps, NaN loss); bf16 has fp32's range",
                     "--precision bf16 (the Trainer's --bf16)" if by_auto else
                     'replace the fp16 block with "bf16": {"enabled": true}')
+    if ctx.gpu and isinstance(fp16, dict) and (fp16.get("enabled") is True or by_auto):
+        cc = gpu_compute_capability(ctx.gpu)
+        if cc is not None and cc < (8, 0):
+            via = (" (fp16.enabled \"auto\", filled from --precision fp16)") if by_auto else ""
+            message, fix = fp16_loss_scale_warning(fp16, ctx.gpu, cc, cfg=cfg, via=via)
+            ctx.add(WARNING, "fp16", message, fix)
     if ctx.gpu and gpu_compute_capability(ctx.gpu) is None:
         ctx.add(WARNING, "(gpu)", f"unknown GPU {ctx.gpu!r}: bf16 support not checked",
                 "name it like 'RTX 4090', 'A100', 'H100', 'V100'")
@@ -1010,6 +1016,108 @@ def _rule_precision(ctx: _Ctx) -> None:
         if cc is not None and cc < (8, 0):
             ctx.add(ERROR, bf16_key, f"bf16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]} < 8.0): no native "
                     "bf16 compute", 'use "fp16": {"enabled": true, "loss_scale": 0} instead')
+
+
+# ----------------------------------------------------------------------------------------------
+# fp16 dynamic loss scaling (GPUs without bf16)
+# ----------------------------------------------------------------------------------------------
+
+#: DeepSpeed's defaults for the fp16 loss-scaling keys (``deepspeed/runtime/precision_config.py``,
+#: ``DeepSpeedFP16Config`` 0.19.8: ``loss_scale`` 0 = dynamic; ``initial_scale_power`` 16; ``loss_scale_window``
+#: 1000; ``hysteresis`` 2; ``consecutive_hysteresis`` false; ``min_loss_scale`` 1).
+FP16_LOSS_SCALE_DEFAULTS = {"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
+                            "consecutive_hysteresis": False, "min_loss_scale": 1}
+
+#: DeepSpeed's message when dynamic loss scaling cannot go lower (``runtime/fp16/loss_scaler.py``,
+#: ``DynamicLossScaler.update_scale``).
+LOSS_SCALE_AT_MINIMUM = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+
+
+def loss_scaling(fp16_block: dict | None) -> dict:
+    """DeepSpeed's fp16 loss-scaling settings for a config's ``fp16`` block, its defaults filled
+    (:data:`FP16_LOSS_SCALE_DEFAULTS`), and ``overflows_to_exit``: how many overflowing steps in a row (no
+    ``loss_scale_window`` clean steps between them) end a dynamic-scaling run with :data:`LOSS_SCALE_AT_MINIMUM`.
+
+    The count follows ``DynamicLossScaler.update_scale`` (``deepspeed/runtime/fp16/loss_scaler.py``, 0.19.8): the
+    scale starts at 2^``initial_scale_power``; an overflowing step is skipped and, while the hysteresis counter is
+    above 1, only decrements it (``hysteresis`` - 1 steps); after that each overflow halves the scale, floored at
+    ``min_loss_scale``; an overflow at the floor raises. ``dynamic`` is False for a static ``loss_scale`` > 0 (no
+    exit; ``overflows_to_exit`` None). Values the config gives that are not numbers are left as given (rule 9)."""
+    block = fp16_block if isinstance(fp16_block, dict) else {}
+    s = {k: block.get(k, v) for k, v in FP16_LOSS_SCALE_DEFAULTS.items()}
+    s["dynamic"] = s["loss_scale"] == 0
+    s["overflows_to_exit"] = None
+    try:
+        scale, floor, hyst = 2.0 ** int(s["initial_scale_power"]), float(s["min_loss_scale"]), int(s["hysteresis"])
+    except (TypeError, ValueError, OverflowError):
+        return s
+    if s["dynamic"] and floor > 0:
+        steps = 0
+        while True:  # DynamicLossScaler.update_scale(overflow=True), one call per overflowing step
+            steps += 1
+            if hyst == 1:
+                if scale == floor:
+                    break
+                scale = max(scale / 2.0, floor)
+            else:
+                hyst -= 1
+            if steps > 10_000:  # cannot happen with finite settings; a guard, not a rule
+                return s
+        s["overflows_to_exit"] = steps
+    return s
+
+
+def _int_or(v, default: int) -> int:
+    return v if _is_int(v) else default
+
+
+def fp16_loss_scale_warning(fp16_block: dict | None, gpu: str, cc: tuple[int, int], *, cfg: dict | None = None,
+                            via: str = "") -> tuple[str, str]:
+    """(message, fix) for fp16 on a GPU without bf16 (compute capability < 8.0: V100 7.0, T4 7.5, ...): what
+    DeepSpeed's dynamic loss scaling does with these settings (:func:`loss_scaling`), its failure
+    (:data:`LOSS_SCALE_AT_MINIMUM`) and the fixes, leaving out those ``cfg`` already has (a ``gradient_clipping``
+    > 0, a scheduler with warm-up steps). Used by ``cookbook lint`` (rule 5) and ``cookbook env``."""
+    s = loss_scaling(fp16_block)
+    cfg = cfg if isinstance(cfg, dict) else {}
+    head = (f"fp16 on {gpu} (compute capability {cc[0]}.{cc[1]}: no bf16, so fp16 is the only 16-bit choice){via}. ")
+    if not s["dynamic"]:
+        return (head + f"loss_scale {s['loss_scale']} is a static scale: DeepSpeed never lowers it, so gradients "
+                "that overflow fp16's range (max 65504) at that scale give skipped steps or inf/NaN, and ones below "
+                "its range underflow to zero",
+                'set "loss_scale": 0 (dynamic loss scaling, DeepSpeed\'s default) unless you know the right scale')
+    n = s["overflows_to_exit"]
+    msg = (head + f"DeepSpeed's dynamic loss scaling multiplies the loss by 2^{s['initial_scale_power']} "
+           f"(initial_scale_power) so small gradients survive in fp16; a step whose gradients overflow is skipped "
+           f"('OVERFLOW! ... Skipping step') and, after hysteresis {s['hysteresis']}, halves the scale; "
+           f"loss_scale_window {s['loss_scale_window']} clean steps double it again. A loss that keeps overflowing "
+           f"drives it down to min_loss_scale {s['min_loss_scale']}, and the next overflow ends the run: "
+           f"'{LOSS_SCALE_AT_MINIMUM}' (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale)"
+           + (f" — with these settings after {n} overflowing steps without {s['loss_scale_window']} clean steps "
+              "between them" if n else "")
+           + ". It is the usual sign of a diverging run (lr too high, no warm-up), not of the scaler")
+    sched = cfg.get("scheduler") if isinstance(cfg.get("scheduler"), dict) else {}
+    params = sched.get("params") if isinstance(sched.get("params"), dict) else {}
+    fixes = []
+    if not params.get("warmup_num_steps") and not params.get("warmup_ratio"):
+        fixes.append("warm the lr up (scheduler WarmupDecayLR / WarmupLR warmup_num_steps, e.g. 5 % of the steps; "
+                     "cookbook: --warmup-steps)")
+    fixes.append("lower the lr (e.g. halve it)")
+    clip = cfg.get("gradient_clipping")
+    if not (_is_num(clip) and clip > 0):
+        fixes.append('clip gradients: "gradient_clipping": 1.0')
+    p = s["initial_scale_power"]
+    fixes.append(f"start lower and halve less often: fp16.initial_scale_power {max(int(p) - 4, 8) if _is_int(p) else 12} "
+                 f"(now {p}), hysteresis {max(_int_or(s['hysteresis'], 2) * 2, 4)} (overflows tolerated before a "
+                 f"halving; now {s['hysteresis']}), loss_scale_window {max(_int_or(s['loss_scale_window'], 1000) // 2, 1)} "
+                 f"(the scale climbs back sooner; now {s['loss_scale_window']})")
+    floor = s["min_loss_scale"]
+    fixes.append("min_loss_scale " + (f"{floor} ends the run sooner than DeepSpeed's default: set it to 1, the lowest "
+                                      "floor" if _is_num(floor) and floor > 1 else
+                                      "is at 1, the lowest floor: DeepSpeed 0.19.8 takes only an integer >= 1 "
+                                      "(DeepSpeedFP16Config)"))
+    fixes.append("or train in fp32 (fp16.enabled false; cookbook: --precision fp32): no loss scaling, but slower, and "
+                 "weights and activations in fp32 take twice the GPU memory")
+    return msg, "if the run stops there: " + "; ".join(fixes)
 
 
 def _rule_activation_checkpointing(ctx: _Ctx) -> None:

@@ -575,3 +575,37 @@ def test_bad_host_memory_gib_refused_without_model():
     r = subprocess.run([sys.executable, "-m", "cookbook.cli", "env", "--host-memory-gib", "-5", "--no-allreduce",
                         "--no-nvme-probe"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--host-memory-gib -5.0: must be a positive number of GiB" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- fp16 on GPUs without bf16 (issue 31, class 5)
+def _v100_facts():
+    f = facts("rtx4090x4_driver560")
+    f["gpus"] = [{"index": i, "name": "Tesla V100-SXM2-32GB", "memory_gib": 31.7, "compute_capability": [7, 0]}
+                 for i in range(4)]
+    return f
+
+
+def test_fp16_on_v100_says_what_loss_scaling_does():
+    plan = Plan(model="llama-7b", num_gpus=4, gpu_memory_gib=31.7, zero_stage=3, precision="fp16")
+    c = env.check(plan, _v100_facts())["fp16_loss_scaling"]
+    assert c.status == "warn" and "cannot decrease scale anymore" in c.reason
+    # DeepSpeed's defaults: 2^16, 1 hysteresis step + 16 halvings + 1 at the floor of 1
+    assert c.value == "fp16 on compute capability 7.0; dynamic loss scale 2^16, exits after 18 overflows in a row"
+    assert "warm the lr up" in c.fix and "initial_scale_power" in c.fix and "fp32" in c.fix
+    # bf16 cards and bf16 plans: no such check
+    assert "fp16_loss_scaling" not in [x.name for x in env.check(plan, facts("rtx4090x4_driver560")).checks]
+    assert "fp16_loss_scaling" not in [x.name for x in env.check(plan.replace(precision="fp32"), _v100_facts()).checks]
+
+
+def test_cli_env_config_fp16_block_on_v100(tmp_path, capsys):
+    """The config's own loss-scaling keys are the ones reported: min_loss_scale 128 ends the run after 11."""
+    fpath = tmp_path / "facts.json"
+    fpath.write_text(json.dumps(_v100_facts()))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                               "fp16": {"enabled": True, "loss_scale": 0, "min_loss_scale": 128},
+                               "zero_optimization": {"stage": 2}}))
+    cli_main(["env", "--facts", str(fpath), "--config", str(cfg), "--world-size", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    c = [x for x in out["checks"] if x["name"] == "fp16_loss_scaling"][0]
+    assert "exits after 11 overflows" in c["value"] and "min_loss_scale 128" in c["fix"]

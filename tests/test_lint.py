@@ -285,7 +285,9 @@ def test_fp16_on_bf16_gpu_warns_with_bf16_block():
     cfg = dict(MB1, fp16={"enabled": True})
     f = _find(lint(cfg, world_size=1, gpu="NVIDIA GeForce RTX 4090"), "fp16", "warning")
     assert '"bf16": {"enabled": true}' in f.fix
-    assert not lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")
+    # a V100 has no bf16: no bf16 advice, only what dynamic loss scaling does (rule 5, issue 31 class 5)
+    assert [f.path for f in lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")] == ["fp16"]
+    assert "bf16" not in lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")[0].fix
     assert gpu_compute_capability("NVIDIA GeForce RTX 4090") == (8, 9)
     assert gpu_compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
     assert gpu_compute_capability("Tesla T4") == (7, 5)
@@ -369,6 +371,81 @@ def test_section_of_wrong_type():
     _find(report, "zero_optimization.offload_optimizer", "error")
 
 
+# ---------------------------------------------------------------- rule 5: fp16 loss scaling without bf16
+
+def _deepspeed_overflows_to_exit(monkeypatch, fp16_block):
+    """Overflowing steps until DeepSpeed's own DynamicLossScaler raises, built from the config as the engine builds
+    it (DeepSpeedFP16Config.dynamic_loss_scale_args); only its rank-0 logging test is replaced (no process group)."""
+    from types import SimpleNamespace
+
+    from deepspeed.runtime.fp16 import loss_scaler
+    from deepspeed.runtime.precision_config import DeepSpeedFP16Config
+    monkeypatch.setattr(loss_scaler, "dist", SimpleNamespace(get_rank=lambda: 0))
+    scaler = loss_scaler.DynamicLossScaler(**DeepSpeedFP16Config(**fp16_block).dynamic_loss_scale_args())
+    for step in range(1, 200):
+        try:
+            scaler.update_scale(True)
+        except Exception as exc:  # noqa: BLE001 - DeepSpeed raises a bare Exception
+            assert str(exc) == "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+            return step
+    return None
+
+
+@pytest.mark.parametrize("block", [
+    {"enabled": True},  # DeepSpeed's defaults: 2^16, hysteresis 2, floor 1
+    {"enabled": True, "loss_scale": 0, "loss_scale_window": 100},  # the articles' block
+    {"enabled": True, "initial_scale_power": 12, "hysteresis": 4, "min_loss_scale": 1},
+    {"enabled": True, "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 128},
+    {"enabled": True, "initial_scale_power": 0, "hysteresis": 2},
+])
+def test_overflows_to_exit_is_deepspeeds(monkeypatch, block):
+    from cookbook.lint import loss_scaling
+    assert loss_scaling(block)["overflows_to_exit"] == _deepspeed_overflows_to_exit(monkeypatch, block)
+
+
+@pytest.mark.parametrize("gpu", ["Tesla V100-SXM2-32GB", "Tesla T4", "NVIDIA GeForce RTX 2080 Ti"])
+def test_fp16_without_bf16_warns_of_the_loss_scale_exit(gpu):
+    """Issue 31, class 5: a LLaMA-Factory-style ZeRO-2 fp16 config on a card without bf16."""
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
+           "fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                    "hysteresis": 2, "min_loss_scale": 1},
+           "zero_optimization": {"stage": 2, "overlap_comm": True}}
+    f = _find(lint(cfg, world_size=2, gpu=gpu), "fp16", "warning")
+    assert "cannot decrease scale anymore" in f.message and "loss_scaler.py" in f.message
+    assert "after 18 overflowing steps" in f.message  # 1 hysteresis step, 16 halvings 2^16 -> 1, 1 at the floor
+    for fix in ("warm the lr up", "lower the lr", "initial_scale_power 12", "hysteresis 4", "loss_scale_window 500",
+                "min_loss_scale", "fp32"):
+        assert fix in f.fix
+    assert "gradient_clipping" not in f.fix  # the config clips already
+    assert not lint(cfg, world_size=2, gpu=gpu).errors
+
+
+def test_fp16_loss_scale_warning_only_without_bf16():
+    cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}
+    on_a100 = [f for f in lint(cfg, world_size=1, gpu="A100") if "cannot decrease" in f.message]
+    assert on_a100 == [] and _find(lint(cfg, world_size=1, gpu="A100"), "fp16", "warning")  # the bf16 advice instead
+    bf16 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
+    assert not [f for f in lint(bf16, world_size=1, gpu="RTX 4090") if "loss scale" in f.message]
+    # "auto" filled from --precision fp16 by the HF Trainer on a T4 warns too, and names where it came from
+    auto = {"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": "auto"}}
+    f = _find(lint(auto, world_size=1, gpu="T4", mode="trainer", precision="fp16"), "fp16", "warning")
+    assert "--precision fp16" in f.message and "cannot decrease" in f.message and "gradient_clipping" in f.fix
+
+
+def test_fp16_static_loss_scale_on_v100():
+    f = _find(lint({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True, "loss_scale": 1024}},
+                   world_size=1, gpu="V100"), "fp16", "warning")
+    assert "static" in f.message and '"loss_scale": 0' in f.fix
+
+
+def test_cli_fp16_on_v100(tmp_path, capsys):
+    cfg = _write(tmp_path, json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                                       "fp16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    assert cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "4", "--gpu", "V100"]) == 0
+    out = capsys.readouterr().out
+    assert "Current loss scale already at minimum" in out and "V100 (compute capability 7.0" in out
+
+
 # ---------------------------------------------------------------- quiet on the generated presets
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -378,7 +455,11 @@ def test_generated_presets_are_clean(preset, target):
         plan = preset_plan(preset, model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16,
                            nvme_path="/local_nvme", precision=precision, host_memory_gib=1024)
         report = lint(build_config(plan, target), mode=target, gpu=gpu, model="qwen-14b", plan=plan)
-        assert list(report) == [], str(report)
+        # fp16 on a V100 (no bf16): the one finding is what dynamic loss scaling does when a run diverges
+        # (the trainer target writes fp16.enabled "auto": the Trainer fills it, so no precision to warn about here)
+        expected = [("warning", "fp16")] if precision == "fp16" and target != "trainer" else []
+        assert [(f.severity, f.path) for f in report] == expected, str(report)
+        assert all("cannot decrease scale anymore" in f.message for f in report)
 
 
 # ---------------------------------------------------------------- the articles' configs
@@ -781,7 +862,7 @@ def test_trainer_mode_reads_precision_for_auto_fp16():
     assert fp16_warnings(precision="bf16") == [] and fp16_warnings() == []
     # a card without bf16 (T4, 7.5): no bf16 advice
     t4 = [f for f in lint(cfg, world_size=2, mode="trainer", gpu="T4", precision="fp16") if f.path == "fp16"]
-    assert t4 == []
+    assert len(t4) == 1 and "bf16" not in t4[0].fix and "cannot decrease scale anymore" in t4[0].message  # class 5
 
 
 def test_lint_without_model_says_memory_was_not_checked(tmp_path):
