@@ -13,8 +13,10 @@ the resolved config. So a file is never "0 errors" in ``cookbook lint`` and refu
 Rules (each names its source):
   1. parse: file, line, column and the likely cause (trailing comma, single quotes, Python
      ``True``/``False``/``None``, comments, unquoted keys); "not found" with the absolute path.
-  2. batch arithmetic: ``train_batch_size = micro batch × accumulation × world size``
-     (``deepspeed/runtime/config.py``, ``_set_batch_related_parameters`` / ``_batch_assertion``).
+  2. batch arithmetic as DeepSpeed does it (:func:`deepspeed_batch`): the keys a config leaves out derived with
+     floor division, then ``train_batch_size = micro batch × accumulation × world size``, DeepSpeed's refusal
+     quoted (``deepspeed/runtime/config.py``, ``_set_batch_related_parameters`` / ``_batch_assertion``); the plan
+     never fills a key the config leaves out, and only options the user typed are compared with the config.
   3. ``"auto"`` values: DeepSpeed does not fill them; Accelerate fills some
      (``accelerate/utils/dataclasses.py::DeepSpeedPlugin``, ``accelerator.py::_prepare_deepspeed``);
      the HF Trainer fills the rest (``transformers/integrations/deepspeed.py::HfTrainerDeepSpeedConfig``).
@@ -22,8 +24,9 @@ Rules (each names its source):
      fields and aliases (``DeepSpeedZeroConfig``, offload, fp16/bf16, monitor, comms configs; these
      reject unknown keys) and the keys ``DeepSpeedConfig._initialize_params`` reads (top level,
      ``aio``, ``activation_checkpointing``, ...; unknown ones there are silently ignored).
-  5. precision: fp16 on a bf16-capable GPU; fp16 loss-scale keys under ``bf16`` (DeepSpeed's
-     ``DeepSpeedBF16Config`` forbids them).
+  5. precision: fp16 on a bf16-capable GPU; fp16 on a GPU without bf16 (compute capability < 8.0): what dynamic
+     loss scaling does and when it exits (:func:`loss_scaling`, ``runtime/fp16/loss_scaler.py``), with the fixes;
+     fp16 loss-scale keys under ``bf16`` (DeepSpeed's ``DeepSpeedBF16Config`` forbids them).
   6. ``activation_checkpointing`` with a Hugging Face model (it configures only
      ``deepspeed.checkpointing.checkpoint`` calls, which transformers models do not make).
   7. offload: ``offload_param`` below stage 3, NVMe without ``nvme_path``, NVMe-only keys with a
@@ -1693,13 +1696,21 @@ def _rule_buckets(ctx: _Ctx) -> None:
 # entry point
 # ----------------------------------------------------------------------------------------------
 
-def _stated_micro(path) -> int | None:
-    """``train_micro_batch_size_per_gpu`` as a number in the JSON file at ``path``, else None."""
+def _stated_micro(path, world_size: int | None = None) -> int | None:
+    """The micro batch per GPU of the JSON file at ``path``: ``train_micro_batch_size_per_gpu`` as a number, else the
+    one DeepSpeed derives from ``train_batch_size`` on ``world_size`` GPUs (:func:`deepspeed_batch`), else None."""
     try:
-        v = json.loads(Path(path).read_text(encoding="utf-8-sig")).get("train_micro_batch_size_per_gpu")
+        cfg = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        v = cfg.get("train_micro_batch_size_per_gpu")
     except (OSError, ValueError, AttributeError):
         return None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if _is_int(v):
+        return v
+    vals = [cfg.get(k) for k in BATCH_KEYS]
+    if v is None and world_size and _is_int(vals[0]) and all(x is None or (_is_int(x) and x > 0) for x in vals):
+        ds = deepspeed_batch(*vals, world_size)
+        return ds.micro_batch if ds.ok else None
+    return None
 
 
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
@@ -1972,7 +1983,7 @@ def _run(args) -> int:
         return 2
     resolved = report.resolved
     if not args.model:
-        micro = _stated_micro(args.config)
+        micro = _stated_micro(args.config, world)
         notes.append("memory: not checked — no --model given. ZeRO partitions and offloads the model states, never "
                      "the activations and logits of each micro batch" + (f" (here {micro} per GPU)" if micro else "")
                      + "; to check them against the card: cookbook lint CONFIG --model NAME --seq-len TOKENS --gpu "
@@ -2055,6 +2066,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-__all__ = ["Finding", "LintReport", "LintParseError", "MODES", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
+__all__ = ["BatchArithmetic", "Finding", "LintReport", "LintParseError", "MODES", "deepspeed_batch",
+           "fp16_loss_scale_warning", "loss_scaling", "FP16_LOSS_SCALE_DEFAULTS", "LOSS_SCALE_AT_MINIMUM", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
            "config_world_size", "cpu_fp16_supported", "known_keys", "lint", "load_config", "optimizer_param_keys",
            "register", "scheduler_param_keys"]

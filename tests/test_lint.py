@@ -176,6 +176,7 @@ def test_cli_deepspeed_mode_derives_the_micro_batch(tmp_path, capsys):
     assert code == 0, out
     assert "refuses" not in out and "the plan has 1" not in out
     assert "train_batch_size 128 // world size 8 // gradient_accumulation_steps 4 = 4" in out
+    assert "(here 4 per GPU)" in out  # the memory note speaks of DeepSpeed's micro batch too
     # a typed micro batch that differs from DeepSpeed's is named, with the numbers for it
     assert cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "8", "--micro-batch", "2"]) == 0
     out = capsys.readouterr().out
