@@ -374,6 +374,36 @@ def host_memory_short(plan: Plan, *, bf16_states: bool = False) -> bool:
     return need is not None and need > plan.host_memory_gib
 
 
+def pin_memory_note(plan: Plan, *, bf16_states: bool = False) -> str | None:
+    """Why a config for ``plan`` gets ``pin_memory: false`` (:func:`host_memory_short` decided it), with the numbers
+    of that check: the typed host RAM, the host need with pinned buffers (:func:`cookbook.memory.estimate`, GiB, its
+    power-of-two rounding of pinned blocks included) and without them, and the measured cost
+    (:data:`PIN_MEMORY_OFF_COST`). None when the config keeps ``pin_memory: true`` (or nothing is offloaded)."""
+    if not host_memory_short(plan, bf16_states=bf16_states):
+        return None
+    c = PIN_MEMORY_OFF_COST
+    slower = c["pinned_tokens_per_s"] / c["unpinned_tokens_per_s"]
+    try:
+        from .memory import estimate
+        host = estimate(plan, bf16_states=bf16_states and plan.precision == "bf16").host_gib
+        need, unpinned = host["total"], host["total"] - host.get("pinned_rounding", 0.0)
+        how = (f"the cookbook's host estimate for {plan.label} on {plan.num_gpus} GPU(s) is {need:.1f} GiB with pinned "
+               f"buffers (power-of-two rounding of pinned blocks {host.get('pinned_rounding', 0.0):.1f} GiB included), "
+               f"{unpinned:.1f} GiB unpinned")
+        fits = (f"; unpinned it fits" if unpinned <= plan.host_memory_gib else
+                f"; even unpinned it does not fit: `cookbook estimate ... --sweep` finds a variant that does")
+    except Exception:  # noqa: BLE001 - a model the estimator cannot size: DeepSpeed's estimate decided
+        need = host_memory_needed_gib(plan)
+        how = f"DeepSpeed's estimate of the model states (additional_buffer_factor 1.5) is {need:.1f} GiB"
+        fits = ""
+    return (f"[pin_memory] false in zero_optimization.offload_* because --host-memory-gib {plan.host_memory_gib:g} is "
+            f"below what the run needs with pinned buffers: {how}{fits}. Pinned (page-locked) memory cannot be swapped "
+            f"out, so a pinned run that does not fit is killed rather than slowed. It costs speed: measured "
+            f"{slower:.1f}x slower end to end with the optimizer and the parameters offloaded "
+            f"({c['pinned_tokens_per_s']:,.0f} -> {c['unpinned_tokens_per_s']:,.0f} tokens/s; PIN_MEMORY_OFF_COST, "
+            f"{c['source']}); with {need:.0f} GiB of RAM or more the config keeps pin_memory true")
+
+
 # ----------------------------------------------------------------------------------------------
 # the builder
 # ----------------------------------------------------------------------------------------------
@@ -1302,6 +1332,10 @@ def _run(args) -> int:
     if args.bf16_states:
         from .memory import BF16_STATES_NOTE
         print(BF16_STATES_NOTE, file=sys.stderr)
+    zero = cfg.get("zero_optimization") or {}
+    if any((zero.get(k) or {}).get("pin_memory") is False for k in ("offload_optimizer", "offload_param")):
+        print(pin_memory_note(plan, bf16_states=args.bf16_states)
+              or "[pin_memory] false in zero_optimization.offload_*", file=sys.stderr)
     sched = cfg.get("scheduler")
     if isinstance(sched, dict) and args.target != "trainer":  # the schedule the file runs, and where its lr came from
         lr = cfg["optimizer"]["params"]["lr"]
@@ -1480,12 +1514,50 @@ def plan_from_ds_config(config: dict | str | os.PathLike, *, model: str | None =
         fields["micro_batch"] = int(cfg["train_micro_batch_size_per_gpu"])
     if given(cfg.get("gradient_accumulation_steps")):
         fields["grad_accum"] = int(cfg["gradient_accumulation_steps"])
+    fields.update(_derived_batch(cfg, fields.get("num_gpus", 1)))
     if (cfg.get("bf16") or {}).get("enabled") is True:
         fields["precision"] = "bf16"
     elif (cfg.get("fp16") or {}).get("enabled") is True:
         fields["precision"] = "fp16"
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return Plan(**fields)
+
+
+def _derived_batch(cfg: dict, world_size: int) -> dict:
+    """Plan fields (``micro_batch``, ``grad_accum``) DeepSpeed derives for the batch keys a config leaves out
+    (absent, not ``"auto"``) from its ``train_batch_size`` (:func:`cookbook.lint.deepspeed_batch`, which mirrors
+    ``DeepSpeedConfig._set_batch_related_parameters``); empty when nothing is derived or DeepSpeed would refuse
+    the numbers (the linter names that)."""
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    vals = [cfg.get(k) for k in keys]
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0) for v in vals):
+        return {}  # "auto" (the reader fills it) or a bad value (lint rule 9)
+    if vals[0] is None or None not in vals[1:]:
+        return {}
+    from .lint import deepspeed_batch
+    ds = deepspeed_batch(*vals, world_size)
+    return {"micro_batch": ds.micro_batch, "grad_accum": ds.grad_accum} if ds.ok else {}
+
+
+def config_plan_fields(config) -> set[str]:
+    """The :class:`Plan` fields a DeepSpeed config decides (what :func:`plan_from_ds_config` takes from it, not from
+    its ``base``): a message that calls a plan value "the default" must leave these out — they are the user's."""
+    cfg = _load_config(config)
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
+    out = set()
+    if zero.get("stage") not in (None, "auto"):
+        out.add("zero_stage")
+    for key in ("offload_optimizer", "offload_param"):
+        if (zero.get(key) or {}).get("device") not in (None, "auto"):
+            out.add(key)
+    for key, field in (("train_micro_batch_size_per_gpu", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
+        if cfg.get(key) not in (None, "auto"):
+            out.add(field)
+    if cfg.get("train_batch_size") not in (None, "auto"):  # DeepSpeed derives the missing ones from it
+        out.update({"micro_batch", "grad_accum"})
+    if (cfg.get("bf16") or {}).get("enabled") is True or (cfg.get("fp16") or {}).get("enabled") is True:
+        out.add("precision")
+    return out
 
 
 def config_world_size(cfg) -> tuple[int, str] | None:
@@ -1504,5 +1576,6 @@ def config_world_size(cfg) -> tuple[int, str] | None:
 __all__ = ["check_bf16_states", "LIGER_RECOMMENDED", "LIGER_RECOMMENDED_EVIDENCE", "PRESETS", "PRESET_OPTIONS", "preset_launch_note", "TARGETS", "ConfigError", "ConfigDiff", "DiffRow", "Filled", "MISSING", "Problem",
            "Resolution", "auto_precision", "config_world_size", "plan_from_ds_config", "resolve_config", "trainer_defaults", "LR_SCHEDULERS", "steps_per_epoch",
            "total_steps_for_epochs", "warmup_steps_for", "target_hyperparameters",
-           "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "PIN_MEMORY_OFF_COST", "preset_plan",
+           "bucket_sizes", "build_config", "diff", "host_memory_needed_gib", "host_memory_short", "PIN_MEMORY_OFF_COST",
+           "pin_memory_note", "preset_plan",
            "register", "stdout_to_stderr"]

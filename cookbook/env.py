@@ -330,7 +330,8 @@ _FACT_TYPES = {
     "disk_free_gib": (int, float), "nvme_path": str, "nvme_path_exists": bool, "env": dict,
     "deepspeed_version": str, "accelerate_version": str, "transformers_version": str,
     "cpu_count": int, "cpu_count_physical": int, "ds_ops": dict, "peer_access": list, "allreduce": dict,
-    "ds_accelerator": str, "nvme_bandwidth": dict, "nvme_tuned": dict,
+    "ds_accelerator": str, "nvme_bandwidth": dict, "nvme_tuned": dict, "libaio_files": dict, "ds_prebuilt_ops": dict,
+    "python_include": str, "wsl": bool,
 }
 
 
@@ -519,6 +520,11 @@ with contextlib.redirect_stdout(sys.stderr):
                 ops[key] = False
                 out.setdefault("ds_ops_errors", {})[key] = repr(exc)[:300]
         out["ds_ops"] = ops
+        try:  # ops compiled at install (DS_BUILD_*=1): OpBuilder.load imports them, no JIT build, no probe
+            from deepspeed.git_version_info import accelerator_name, installed_ops
+            out["ds_prebuilt_ops"] = {k: bool(installed_ops.get(k)) and accelerator_name == acc._name for k in ops}
+        except Exception as exc:
+            out.setdefault("ds_ops_errors", {})["prebuilt"] = repr(exc)[:300]
     except Exception as exc:
         out["deepspeed_error"] = repr(exc)[:300]
 print("COOKBOOK_PROBE_JSON:" + json.dumps(out))
@@ -541,6 +547,93 @@ def _existing_parent(path: str) -> Path:
     while not p.exists() and p != p.parent:
         p = p.parent
     return p
+
+
+# --------------------------------------------------------------------------------------------------
+# libaio on disk, WSL: facts gathered from files, each a pure function of what it reads (testable with a root)
+# --------------------------------------------------------------------------------------------------
+#: Folders gcc and ld search without -I / -L (Debian/Ubuntu multiarch, RHEL/Fedora lib64, /usr/local).
+LIBAIO_DEFAULT_INCLUDE = ("/usr/include", "/usr/local/include", "/usr/include/x86_64-linux-gnu",
+                          "/usr/include/aarch64-linux-gnu")
+LIBAIO_DEFAULT_LIB = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                      "/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib", "/usr/local/lib",
+                      "/usr/local/lib64")
+
+
+def _flag_dirs(value: str | None, flag: str) -> list[str]:
+    """The folders of ``-I``/``-L`` entries in a CFLAGS / LDFLAGS value (``-I/x`` and ``-I /x``)."""
+    import shlex
+    try:
+        words = shlex.split(value or "")
+    except ValueError:
+        words = (value or "").split()
+    out = []
+    for i, w in enumerate(words):
+        if w == flag and i + 1 < len(words):
+            out.append(words[i + 1])
+        elif w.startswith(flag) and len(w) > len(flag):
+            out.append(w[len(flag):])
+    return out
+
+
+def libaio_files(environ: dict | None = None, *, root: str | os.PathLike = "/") -> dict:
+    """Where libaio's files are: what DeepSpeed's async_io probe compiles and links against.
+
+    ``AsyncIOBuilder.is_compatible`` (``deepspeed/ops/op_builder/async_io.py``) calls ``OpBuilder.has_function
+    ('io_submit', ('aio',))`` (``op_builder/builder.py``): a test program compiled with ``CFLAGS`` and linked with
+    ``LDFLAGS`` and ``-laio`` through distutils. So it needs the header ``libaio.h`` and the link-time library
+    ``libaio.so`` (libaio-dev / libaio-devel), in the compiler's default folders
+    (:data:`LIBAIO_DEFAULT_INCLUDE`, :data:`LIBAIO_DEFAULT_LIB`) or in ones ``CFLAGS -I`` / ``LDFLAGS -L`` name;
+    the run-time library ``libaio.so.1`` alone (libaio1 / libaio1t64) is not enough to build. Also searched:
+    ``$CONDA_PREFIX`` and this Python's prefix (a libaio from conda-forge lives there).
+
+    Args:
+        environ: the variables to read (``CFLAGS``, ``LDFLAGS``, ``CONDA_PREFIX``); default ``os.environ``.
+        root: prefix for every folder searched (tests point it at a temporary tree).
+
+    Returns:
+        ``{"header": path or None, "library": path or None, "runtime": path or None, "default_paths": bool}``;
+        ``default_paths``: header and library were both found where the compiler looks without flags (or in
+        folders the flags already name).
+    """
+    environ = os.environ if environ is None else environ
+    flags_inc = _flag_dirs(environ.get("CFLAGS"), "-I")
+    flags_lib = _flag_dirs(environ.get("LDFLAGS"), "-L")
+    extra = [p for p in (environ.get("CONDA_PREFIX"), sys.prefix, sys.base_prefix) if p]
+    inc_dirs = list(LIBAIO_DEFAULT_INCLUDE) + flags_inc + [os.path.join(p, "include") for p in extra]
+    lib_dirs = list(LIBAIO_DEFAULT_LIB) + flags_lib + [os.path.join(p, d) for p in extra for d in ("lib", "lib64")]
+    base = Path(root)
+
+    def find(dirs, names):
+        for d in dirs:
+            folder = base / d.lstrip("/")
+            for name in names:
+                hits = sorted(folder.glob(name)) if "*" in name else ([folder / name] if (folder / name).exists() else [])
+                if hits:
+                    return d, str(Path(d) / hits[0].name)
+        return None, None
+
+    hdir, header = find(inc_dirs, ("libaio.h",))
+    ldir, library = find(lib_dirs, ("libaio.so",))
+    _, runtime = find(lib_dirs, ("libaio.so.1*",))
+    seen_inc = set(LIBAIO_DEFAULT_INCLUDE) | set(flags_inc)
+    seen_lib = set(LIBAIO_DEFAULT_LIB) | set(flags_lib)
+    return {"header": header, "library": library, "runtime": runtime,
+            "default_paths": bool(header and library and hdir in seen_inc and ldir in seen_lib)}
+
+
+def detect_wsl(proc_version: str | None, environ: dict | None = None) -> bool:
+    """True on Windows Subsystem for Linux: ``/proc/version`` names Microsoft's kernel (``...-microsoft-standard-WSL2``)
+    or WSL set ``WSL_DISTRO_NAME`` (Microsoft, "WSL: environment variables" / the WSL kernel's version string)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("WSL_DISTRO_NAME")) or "microsoft" in (proc_version or "").lower()
+
+
+def _read_proc_version() -> str | None:
+    try:
+        return Path("/proc/version").read_text(errors="replace")
+    except OSError:
+        return None
 
 
 def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allreduce: bool = False,
@@ -580,6 +673,9 @@ def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allred
     facts["ninja"] = shutil.which("ninja") is not None
     facts["cxx"] = shutil.which(os.environ.get("CXX", "c++")) is not None
     facts["libaio"] = libaio_present()
+    facts["libaio_files"] = libaio_files()
+    facts["python_include"] = sysconfig.get_paths()["include"]
+    facts["wsl"] = detect_wsl(_read_proc_version())
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     facts["host_memory_gib"] = round(vm.total / GIB, 2)
     facts["host_available_gib"] = round(vm.available / GIB, 2)
@@ -601,7 +697,7 @@ def gather_facts(*, nvme_path: str | None = None, probe: bool = True, run_allred
     facts["env"] = relevant_env()
     if probe:
         found = _run_probe(probe_timeout_s)
-        for key in ("peer_access", "cuda_device_count", "ds_ops", "ds_ops_errors", "ds_accelerator",
+        for key in ("peer_access", "cuda_device_count", "ds_ops", "ds_ops_errors", "ds_prebuilt_ops", "ds_accelerator",
                     "torch_error", "deepspeed_error", "probe_error"):
             if key in found:
                 facts[key] = found[key]
@@ -1050,6 +1146,17 @@ def cuda_versions_compatible(torch_cuda: str, toolkit: str) -> bool:
     return s in ok and t in ok
 
 
+def _python_headers_fix(facts: dict) -> str:
+    """How to get Python.h for the Python that runs DeepSpeed: the distribution package named for its version, or
+    the interpreter's own include folder (``sysconfig.get_paths()["include"]``, what torch's cpp_extension uses)."""
+    v = ".".join(str(facts.get("python_version") or "").split(".")[:2])
+    where = facts.get("python_include")
+    return (f"sudo apt-get install python{v or '3'}-dev (Debian/Ubuntu; python3-dev when {v or 'it'} is the "
+            f"system's default Python; Fedora/RHEL: sudo dnf install python{v or '3'}-devel)"
+            + (f"; Python.h must end up in {where}, the include folder of the Python this venv runs — a uv, pyenv or "
+               "conda Python ships its headers there, so reinstall that Python if it is missing" if where else ""))
+
+
 def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
     checks = []
     need = _needs_jit_ops(plan)
@@ -1082,13 +1189,27 @@ def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
     missing = [name for key, name in (("python_headers", "Python.h"), ("ninja", "ninja"), ("cxx", "C++ compiler"))
                if facts.get(key) is False]
     unknown = [name for key, name in (("python_headers", "Python.h"), ("ninja", "ninja")) if facts.get(key) is None]
-    fixes = {"Python.h": "sudo apt-get install python3-dev (or python3.X-dev for your Python)",
+    prebuilt = facts.get("ds_prebuilt_ops") or {}
+    jit = [op for op in need if prebuilt.get(op) is not True]  # OpBuilder.load: prebuilt ops are imported, not built
+    fixes = {"Python.h": _python_headers_fix(facts),
              "ninja": "pip install ninja (and make sure the venv's bin is on PATH)",
              "C++ compiler": "sudo apt-get install build-essential"}
     if missing:
-        checks.append(Check("build_tools", "fail" if need else "warn", "missing: " + ", ".join(missing),
-                            "DeepSpeed JIT-compiles its ops (torch.utils.cpp_extension needs Python.h, ninja and a C++ "
-                            "compiler)" + (f"; this plan needs {', '.join(need)}" if need else ""),
+        if jit:
+            why = (f"this plan makes DeepSpeed JIT-build {', '.join(jit)} (not prebuilt into this DeepSpeed: "
+                   "OpBuilder.load in deepspeed/ops/op_builder/builder.py falls back to jit_load, which compiles with "
+                   "torch.utils.cpp_extension and needs Python.h, ninja and a C++ compiler); without them the run stops "
+                   "at start, when the optimizer or the NVMe swapper loads the op")
+        elif need:
+            why = (f"this plan's ops ({', '.join(need)}) are prebuilt into this DeepSpeed (DS_BUILD_*=1 at install): "
+                   "OpBuilder.load imports them, nothing is JIT-built; another op or a reinstall without them would "
+                   "need the build tools")
+        else:
+            why = ("DeepSpeed JIT-compiles its ops (torch.utils.cpp_extension needs Python.h, ninja and a C++ "
+                   "compiler); this plan needs none (no optimizer offload, no NVMe)" if plan is not None else
+                   "DeepSpeed JIT-compiles its ops (torch.utils.cpp_extension needs Python.h, ninja and a C++ "
+                   "compiler): CPU Adam for optimizer offload, async_io for NVMe; give the plan to know")
+        checks.append(Check("build_tools", "fail" if jit else "warn", "missing: " + ", ".join(missing), why,
                             "; ".join(fixes[m] for m in missing)))
     else:
         checks.append(Check("build_tools", "warn" if unknown else "ok",
@@ -1102,12 +1223,14 @@ def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
                                 "probe_error") or "not in the facts") + ")"))
     else:
         wanted = need or ["cpu_adam"]
-        bad = [o for o in wanted if ops.get(o) is False]
+        bad = [o for o in wanted if ops.get(o) is False and prebuilt.get(o) is not True]
         value = ", ".join(f"{k}={'yes' if v else ('n/a' if v is None else 'no')}" for k, v in ops.items())
         if bad:
             fix = []
             if "async_io" in bad:
-                fix.append(f"install libaio: {LIBAIO_PACKAGES}")
+                files = facts.get("libaio_files") or {}
+                fix.append("libaio is installed: see the libaio check (CFLAGS/LDFLAGS, or DS_BUILD_AIO=1)"
+                           if files.get("header") and files.get("library") else f"install libaio: {LIBAIO_PACKAGES}")
             if "cpu_adam" in bad:
                 fix.append("see `ds_report`; install Python.h, ninja and a C++ compiler")
             checks.append(Check("deepspeed_ops", "fail" if need else "warn", value,
@@ -1118,6 +1241,37 @@ def _check_build(facts: dict, plan: Plan | None) -> list[Check]:
                                 "DeepSpeed's op builders' is_compatible() (deepspeed.accelerator.get_accelerator()"
                                 ".get_op_builder(...)().is_compatible())"))
     return checks
+
+
+def _check_fp16(facts: dict, plan: Plan | None, config=None) -> list[Check]:
+    """fp16 on GPUs without bf16 (compute capability < 8.0: V100, T4, ...): what DeepSpeed's dynamic loss scaling
+    does, its failure 'Current loss scale already at minimum - cannot decrease scale anymore' and the fixes
+    (:func:`cookbook.lint.fp16_loss_scale_warning`, the same words ``cookbook lint`` uses), for the GPUs in the facts;
+    the loss-scaling settings are the config's ``fp16`` block when ``config`` (a dict or JSON path) has one, else
+    DeepSpeed's defaults."""
+    if plan is None or plan.precision != "fp16":
+        return []
+    gpus = [g for g in facts.get("gpus") or [] if g.get("compute_capability")]
+    if not gpus:
+        return []
+    low = min(gpus, key=lambda g: tuple(g["compute_capability"]))
+    cc = tuple(low["compute_capability"])
+    if cc >= (8, 0):
+        return []
+    cfg = config
+    if isinstance(config, (str, os.PathLike)):
+        try:
+            cfg = _load_config(config)
+        except Exception:  # noqa: BLE001 - an unreadable config is reported by the plan's own reading
+            cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    from .lint import fp16_loss_scale_warning, loss_scaling
+    message, fix = fp16_loss_scale_warning(cfg.get("fp16"), low.get("name") or "this GPU", cc, cfg=cfg)
+    s = loss_scaling(cfg.get("fp16"))
+    value = (f"fp16 on compute capability {cc[0]}.{cc[1]}; " + (
+        f"dynamic loss scale 2^{s['initial_scale_power']}, exits after {s['overflows_to_exit']} overflows in a row"
+        if s["dynamic"] else f"static loss_scale {s['loss_scale']}"))
+    return [Check("fp16_loss_scaling", "warn", value, message, fix)]
 
 
 def _check_memory(facts: dict, plan: Plan | None) -> list[Check]:
@@ -1188,21 +1342,86 @@ def _host_fixes(plan: Plan, total_gib: float, est) -> str:
     return "variants the estimator says fit: " + "; ".join(fixes) if not fixes[0].startswith("nothing") else fixes[0]
 
 
+#: DeepSpeed's compile probe for libaio, for messages (``AsyncIOBuilder.is_compatible`` -> ``OpBuilder.has_function``).
+AIO_PROBE = ("DeepSpeed's async_io probe (AsyncIOBuilder.is_compatible in deepspeed/ops/op_builder/async_io.py) compiles "
+             "and links a test program calling io_submit with -laio (OpBuilder.has_function in op_builder/builder.py, "
+             "through distutils, with $CFLAGS and $LDFLAGS)")
+
+
+def _aio_prebuild_fix(facts: dict) -> str:
+    v = facts.get("deepspeed_version")
+    return (f"or compile the op once at install, so no probe or JIT build runs later (OpBuilder.load then imports it): "
+            f"DS_BUILD_AIO=1 pip install --no-cache-dir --force-reinstall deepspeed{'==' + v if v else ''} "
+            "(with the same CFLAGS/LDFLAGS exported)")
+
+
+def libaio_check(facts: dict) -> Check:
+    """The ``libaio`` check for an NVMe plan: libaio's files (:func:`libaio_files`) told apart from DeepSpeed's probe.
+
+    * the op prebuilt into DeepSpeed (``ds_prebuilt_ops.async_io``, ``DS_BUILD_AIO=1``): only the run-time library
+      matters;
+    * the probe passes: ok;
+    * the probe fails with libaio's header and ``libaio.so`` present: the cause is elsewhere, named from the facts (no
+      C compiler; distutils missing; libaio outside the compiler's default folders), fix ``CFLAGS="-I..."
+      LDFLAGS="-L..."`` or prebuild with ``DS_BUILD_AIO=1``;
+    * only the run-time ``libaio.so.1``, or nothing: install libaio-dev (:data:`LIBAIO_PACKAGES`).
+    """
+    files = facts.get("libaio_files") if isinstance(facts.get("libaio_files"), dict) else None
+    lib = facts.get("libaio")
+    ds_aio = (facts.get("ds_ops") or {}).get("async_io")
+    prebuilt = (facts.get("ds_prebuilt_ops") or {}).get("async_io") is True
+    have_dev = bool(files and files.get("header") and files.get("library"))
+    if prebuilt:
+        if files is not None and not (files.get("runtime") or files.get("library")):
+            return Check("libaio", "fail", "async_io prebuilt; libaio.so.1 missing",
+                         "DeepSpeed's async_io op was compiled at install and links libaio's run-time library, which "
+                         "is not on this machine", LIBAIO_PACKAGES)
+        return Check("libaio", "ok", "async_io prebuilt into DeepSpeed",
+                     "the op was compiled at install (DS_BUILD_AIO=1): OpBuilder.load imports it, no probe or JIT build")
+    if ds_aio is True:
+        return Check("libaio", "ok", "present", "DeepSpeed's async_io op can link libaio (its own probe passes)")
+    if ds_aio is False and have_dev:
+        causes, fixes = [], []
+        err = str((facts.get("ds_ops_errors") or {}).get("async_io") or "")
+        if facts.get("cxx") is False:
+            causes.append("no C/C++ compiler on PATH")
+            fixes.append("sudo apt-get install build-essential (gcc)")
+        if "distutils" in err or "setuptools" in err:
+            causes.append(f"distutils cannot be imported ({err[:120]})")
+            fixes.append("pip install setuptools (Python 3.12+ has no distutils of its own)")
+        hdir, ldir = os.path.dirname(files["header"]), os.path.dirname(files["library"])
+        flags = f'export CFLAGS="-I{hdir}" LDFLAGS="-L{ldir}"'
+        if not files.get("default_paths"):
+            causes.append(f"libaio is outside the compiler's default folders ({hdir}, {ldir}) and CFLAGS/LDFLAGS do "
+                          "not name them")
+        elif not causes:
+            causes.append("the compile or link fails for another reason (`ds_report`, or DS_BUILD_AIO=1 pip install "
+                          "-v, shows the compiler's error)")
+        fixes.append(f"{flags} (the probe and the JIT build both read them)")
+        return Check("libaio", "fail", f"libaio installed ({files['header']}, {files['library']}); DeepSpeed's async_io "
+                     "probe fails",
+                     f"libaio itself is there, so installing libaio-dev is not the fix: {AIO_PROBE}; here: "
+                     + "; ".join(causes), "; ".join(fixes) + "; " + _aio_prebuild_fix(facts))
+    if ds_aio is False or lib is False:
+        if files and files.get("runtime") and not have_dev:
+            return Check("libaio", "fail", f"only the run-time library ({files['runtime']})",
+                         "the development files DeepSpeed's async_io op is built against are missing: "
+                         + ("libaio.h" if not files.get("header") else "")
+                         + (" and " if not files.get("header") and not files.get("library") else "")
+                         + ("libaio.so (the link-time library)" if not files.get("library") else "")
+                         + f"; {AIO_PROBE}", LIBAIO_PACKAGES)
+        return Check("libaio", "fail", "missing",
+                     "NVMe offload uses DeepSpeed's async_io op, which links libaio (headers and .so); "
+                     "without it DeepSpeed cannot build the op and the run stops at start", LIBAIO_PACKAGES)
+    if lib is None and ds_aio is None:
+        return Check("libaio", "warn", "unknown", "libaio presence not recorded", LIBAIO_PACKAGES)
+    return Check("libaio", "ok", "present", "libaio's header and library are installed")
+
+
 def _check_nvme(facts: dict, plan: Plan | None) -> list[Check]:
     if plan is None or "nvme" not in (plan.offload_optimizer, plan.offload_param):
         return []
-    checks = []
-    lib = facts.get("libaio")
-    ds_aio = (facts.get("ds_ops") or {}).get("async_io")
-    if lib is False or ds_aio is False:
-        checks.append(Check("libaio", "fail", "missing",
-                            "NVMe offload uses DeepSpeed's async_io op, which links libaio (headers and .so); "
-                            "without it DeepSpeed cannot build the op and the run stops at start",
-                            LIBAIO_PACKAGES))
-    elif lib is None:
-        checks.append(Check("libaio", "warn", "unknown", "libaio presence not recorded", LIBAIO_PACKAGES))
-    else:
-        checks.append(Check("libaio", "ok", "present", "DeepSpeed's async_io op can link libaio"))
+    checks = [libaio_check(facts)]
     path = facts.get("nvme_path") or plan.nvme_path
     exists = facts.get("nvme_path_exists")
     if exists is False:
@@ -1395,12 +1614,45 @@ def _check_recommended(facts: dict, rec: dict[str, str]) -> Check:
     return Check("recommended_env", "ok", ", ".join(f"{k}={v}" for k, v in rec.items()), "already set")
 
 
+#: NVIDIA, "CUDA on WSL User Guide", section "Known Limitations for Linux CUDA Applications"
+#: (https://docs.nvidia.com/cuda/wsl-user-guide/index.html), its words on pinned memory.
+WSL_PINNED_LIMIT = ("Pinned system memory (example: System memory that an application makes resident for GPU "
+                    "accesses) availability for applications is limited")
+
+
+def _check_wsl(facts: dict, plan: Plan | None) -> list[Check]:
+    """WSL2 (:func:`detect_wsl`): CUDA there limits pinned host memory (:data:`WSL_PINNED_LIMIT`), and DeepSpeed's
+    offload pins its host buffers (``offload_optimizer`` / ``offload_param`` ``pin_memory``); the cost of turning
+    pinning off is :data:`cookbook.dsconfig.PIN_MEMORY_OFF_COST` (measured, cited by that key)."""
+    if not facts.get("wsl"):
+        return []
+    from .dsconfig import PIN_MEMORY_OFF_COST as cost
+    slower = cost["pinned_tokens_per_s"] / cost["unpinned_tokens_per_s"]
+    measured = (f"pin_memory false costs speed: measured {slower:.1f}x slower end to end with the optimizer and the "
+                f"parameters offloaded ({cost['pinned_tokens_per_s']:,.0f} -> {cost['unpinned_tokens_per_s']:,.0f} "
+                f"tokens/s; cookbook.dsconfig.PIN_MEMORY_OFF_COST, {cost['source']})")
+    offload = plan is not None and (plan.offload_optimizer != "none" or plan.offload_param != "none")
+    reason = (f"WSL2: NVIDIA's CUDA on WSL User Guide, Known Limitations: '{WSL_PINNED_LIMIT}' — training can exceed "
+              "it and may not work (NVIDIA's words). DeepSpeed's offload pins its host buffers (pin_memory true in "
+              "offload_optimizer / offload_param), the memory that limit is about")
+    if offload:
+        return [Check("wsl", "warn", "WSL2", reason + f"; this plan offloads ({plan.label})",
+                      "write \"pin_memory\": false in zero_optimization.offload_optimizer and offload_param "
+                      f"(cookbook config ... -o ds.json, edit, then cookbook launch --config ds.json); {measured}; "
+                      "native Linux keeps pinned buffers; and give the WSL VM the RAM: %UserProfile%\\.wslconfig "
+                      "[wsl2] memory=...")]
+    return [Check("wsl", "ok" if plan is not None else "warn", "WSL2",
+                  reason + ("; this plan offloads nothing, so DeepSpeed pins no host buffers" if plan is not None
+                            else "; give the plan to know whether it offloads"),
+                  "" if plan is not None else f"with CPU or NVMe offload, set pin_memory false; {measured}")]
+
+
 RULES = (_check_versions, _check_gpus, _check_rtx40, _check_p2p, _check_build, _check_memory, _check_nvme,
-         _check_omp_binding)
+         _check_omp_binding, _check_wsl)
 
 
 def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict | str | None = None,
-          run_allreduce: bool = True, world_size: int | None = None) -> EnvReport:
+          run_allreduce: bool = True, world_size: int | None = None, ds_config: dict | None = None) -> EnvReport:
     """Run every rule on ``facts`` (gathered live when None) for an optional plan.
 
     Args:
@@ -1412,6 +1664,8 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
             accumulation and precision replace the plan's (model and world size stay the plan's,
             or ``world_size`` when given).
         run_allreduce: time the P2P on/off all-reduce when gathering live facts.
+        ds_config: the DeepSpeed config ``plan`` was read from, when the caller read it (``cookbook env --config``):
+            its ``fp16`` block's loss-scaling settings go into the fp16 check (:func:`_check_fp16`).
 
     Returns:
         :class:`EnvReport`; ``report.ok`` is False when any check failed.
@@ -1431,6 +1685,7 @@ def check(plan: Plan | None = None, facts: dict | None = None, *, config: dict |
     rec = recommended_env(facts, plan)
     checks.append(_check_recommended(facts, rec))
     checks.extend(_model_check(plan))
+    checks.extend(_check_fp16(facts, plan, ds_config if ds_config is not None else config))
     return EnvReport(checks=tuple(checks), facts=mask_secrets(facts), recommended_env=rec, plan=plan)
 
 
@@ -1524,6 +1779,6 @@ def _main(args) -> int:
     if args.dump_facts:
         path = dump_facts(facts, args.dump_facts)
         print(f"facts written to {path}", file=sys.stderr)
-    report = check(plan, facts)
+    report = check(plan, facts, ds_config=_load_config(args.config) if args.config is not None else None)
     print(report.to_json() if args.json else str(report))
     return 0 if report.ok else 1

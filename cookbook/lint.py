@@ -13,8 +13,10 @@ the resolved config. So a file is never "0 errors" in ``cookbook lint`` and refu
 Rules (each names its source):
   1. parse: file, line, column and the likely cause (trailing comma, single quotes, Python
      ``True``/``False``/``None``, comments, unquoted keys); "not found" with the absolute path.
-  2. batch arithmetic: ``train_batch_size = micro batch × accumulation × world size``
-     (``deepspeed/runtime/config.py``, ``_set_batch_related_parameters`` / ``_batch_assertion``).
+  2. batch arithmetic as DeepSpeed does it (:func:`deepspeed_batch`): the keys a config leaves out derived with
+     floor division, then ``train_batch_size = micro batch × accumulation × world size``, DeepSpeed's refusal
+     quoted (``deepspeed/runtime/config.py``, ``_set_batch_related_parameters`` / ``_batch_assertion``); the plan
+     never fills a key the config leaves out, and only options the user typed are compared with the config.
   3. ``"auto"`` values: DeepSpeed does not fill them; Accelerate fills some
      (``accelerate/utils/dataclasses.py::DeepSpeedPlugin``, ``accelerator.py::_prepare_deepspeed``);
      the HF Trainer fills the rest (``transformers/integrations/deepspeed.py::HfTrainerDeepSpeedConfig``).
@@ -22,8 +24,9 @@ Rules (each names its source):
      fields and aliases (``DeepSpeedZeroConfig``, offload, fp16/bf16, monitor, comms configs; these
      reject unknown keys) and the keys ``DeepSpeedConfig._initialize_params`` reads (top level,
      ``aio``, ``activation_checkpointing``, ...; unknown ones there are silently ignored).
-  5. precision: fp16 on a bf16-capable GPU; fp16 loss-scale keys under ``bf16`` (DeepSpeed's
-     ``DeepSpeedBF16Config`` forbids them).
+  5. precision: fp16 on a bf16-capable GPU; fp16 on a GPU without bf16 (compute capability < 8.0): what dynamic
+     loss scaling does and when it exits (:func:`loss_scaling`, ``runtime/fp16/loss_scaler.py``), with the fixes;
+     fp16 loss-scale keys under ``bf16`` (DeepSpeed's ``DeepSpeedBF16Config`` forbids them).
   6. ``activation_checkpointing`` with a Hugging Face model (it configures only
      ``deepspeed.checkpointing.checkpoint`` calls, which transformers models do not make).
   7. offload: ``offload_param`` below stage 3, NVMe without ``nvme_path``, NVMe-only keys with a
@@ -539,6 +542,7 @@ class _Ctx:
         self.handled: set[str] = set()  # paths a specific rule already reported
         self.filled: set[str] = set()  # paths the run's options filled (lint(filled=...))
         self.names: dict = {}  # how to name the options (lint(names=...))
+        self.stated: set | None = None  # the plan fields the user typed (None: every field of a Plan passed)
 
     def add(self, severity, path, message, fix):
         self.findings.append(Finding(severity, path, message, fix))
@@ -560,92 +564,208 @@ class _Ctx:
         return s if _is_int(s) else None
 
 
+@dataclass(frozen=True)
+class BatchArithmetic:
+    """What DeepSpeed makes of the three batch keys of a config, for one data-parallel world size.
+
+    Mirrors ``deepspeed/runtime/config.py`` (0.19.8) ``DeepSpeedConfig._set_batch_related_parameters`` (the
+    missing keys derived from the given ones, with floor division) then ``_batch_assertion`` (each of the three
+    > 0, then ``train_batch_size == micro × accumulation × world size``), which ``_configure_train_batch_size``
+    runs at ``deepspeed.initialize``. Counts are sequences (micro batch: per GPU per forward/backward).
+
+    Attributes:
+        train_batch_size, micro_batch, grad_accum: the values after DeepSpeed's derivation (None: the config
+            names neither ``train_batch_size`` nor ``train_micro_batch_size_per_gpu``).
+        world_size: the data-parallel world size used.
+        derived: ``(key, how)`` for each key DeepSpeed filled, ``how`` its formula with the numbers
+            (micro batch: ``"train_batch_size 128 // world size 8 // gradient_accumulation_steps 4 = 4"``).
+        refusal: DeepSpeed's assertion message when it refuses the config (its wording and numbers), else None.
+        refused_key: the key that message is about.
+    """
+
+    train_batch_size: int | None
+    micro_batch: int | None
+    grad_accum: int | None
+    world_size: int
+    derived: tuple = ()
+    refusal: str | None = None
+    refused_key: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.refusal is None
+
+    def how(self, key: str) -> str | None:
+        """The formula DeepSpeed derived ``key`` by, or None when the config gave it."""
+        return dict(self.derived).get(key)
+
+
+def deepspeed_batch(train_batch_size: int | None, micro_batch: int | None, grad_accum: int | None,
+                    world_size: int) -> BatchArithmetic:
+    """DeepSpeed's batch arithmetic on the three config values (None: the key is missing); pure, never raises.
+
+    The cases are ``DeepSpeedConfig._set_batch_related_parameters`` (``deepspeed/runtime/config.py``), in its order:
+    all three given: kept; ``train_batch_size`` + micro: accumulation = train // micro // world size; ``train_batch_size``
+    + accumulation: micro = train // world size // accumulation; micro + accumulation: train = micro × accumulation ×
+    world size; ``train_batch_size`` alone: accumulation 1, micro = train // world size; micro alone: accumulation 1,
+    train = micro × world size; neither train nor micro: DeepSpeed asserts 'Either train_batch_size or
+    train_micro_batch_size_per_gpu needs to be provided'. Then ``_batch_assertion``: each > 0 (in the order train,
+    micro, accumulation), and ``train == micro × accumulation × world size``; the refusal is its message.
+    """
+    tb, mb, ga, n = train_batch_size, micro_batch, grad_accum, world_size
+    derived = []
+    if tb is not None and mb is not None and ga is not None:
+        pass
+    elif tb is not None and mb is not None:
+        ga = tb // mb // n
+        derived.append(("gradient_accumulation_steps",
+                        f"train_batch_size {tb} // train_micro_batch_size_per_gpu {mb} // world size {n} = {ga}"))
+    elif tb is not None and ga is not None:
+        mb = tb // n // ga
+        derived.append(("train_micro_batch_size_per_gpu",
+                        f"train_batch_size {tb} // world size {n} // gradient_accumulation_steps {ga} = {mb}"))
+    elif mb is not None and ga is not None:
+        tb = mb * ga * n
+        derived.append(("train_batch_size", f"train_micro_batch_size_per_gpu {mb} × gradient_accumulation_steps "
+                        f"{ga} × world size {n} = {tb}"))
+    elif tb is not None:
+        ga, mb = 1, tb // n
+        derived += [("gradient_accumulation_steps", "1 (neither it nor train_micro_batch_size_per_gpu is given)"),
+                    ("train_micro_batch_size_per_gpu", f"train_batch_size {tb} // world size {n} = {mb}")]
+    elif mb is not None:
+        tb, ga = mb * n, 1
+        derived += [("train_batch_size", f"train_micro_batch_size_per_gpu {mb} × world size {n} = {tb}"),
+                    ("gradient_accumulation_steps", "1 (neither it nor train_batch_size is given)")]
+    else:
+        return BatchArithmetic(None, None, ga, n, (), "Either train_batch_size or train_micro_batch_size_per_gpu "
+                               "needs to be provided", "train_micro_batch_size_per_gpu")
+    out = functools.partial(BatchArithmetic, tb, mb, ga, n, tuple(derived))
+    if not tb > 0:
+        return out(f"Train batch size: {tb} has to be greater than 0", "train_batch_size")
+    if not mb > 0:
+        return out(f"Micro batch size per gpu: {mb} has to be greater than 0", "train_micro_batch_size_per_gpu")
+    if not ga > 0:
+        return out(f"Gradient accumulation steps: {ga} has to be greater than 0", "gradient_accumulation_steps")
+    if tb != mb * ga * n:
+        return out("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+                   f"gradient_acc_step * world_size {tb} != {mb} * {ga} * {n}", "train_batch_size")
+    return out()
+
+
+#: Plan fields for the config's batch keys, and how a message names them when nobody passed ``names``.
+_BATCH_FIELDS = {"train_micro_batch_size_per_gpu": ("micro_batch", "the plan's micro batch"),
+                 "gradient_accumulation_steps": ("grad_accum", "the plan's accumulation")}
+
+
+def _intended(ctx: _Ctx, key: str) -> tuple[int | None, str]:
+    """The plan's value for a batch key and how to name it, when the user stated it (a ``Plan`` passed from
+    Python states every field; the CLI passes ``stated``, the options typed); ``(None, name)`` otherwise."""
+    field, label = _BATCH_FIELDS[key]
+    name = ctx.names.get(field, label)
+    if ctx.plan is None or (ctx.stated is not None and field not in ctx.stated):
+        return None, name
+    return getattr(ctx.plan, field), name
+
+
+def _batch_fix(ds: BatchArithmetic, given: dict, ctx: _Ctx) -> str:
+    """What to write when DeepSpeed refuses the batch keys: values that satisfy ``train_batch_size = micro ×
+    accumulation × world size``, keeping the keys the user typed (the plan's stated micro batch and
+    accumulation where the config leaves them out, else 1)."""
+    n = ds.world_size
+    tb, mb, ga = (given[k] for k in BATCH_KEYS)
+    if tb is None and mb is None:
+        return ("set train_micro_batch_size_per_gpu (sequences per GPU per step) and gradient_accumulation_steps; "
+                "DeepSpeed computes train_batch_size from them")
+    m = mb if mb is not None else (_intended(ctx, "train_micro_batch_size_per_gpu")[0] or 1)
+    g = ga if ga is not None else (_intended(ctx, "gradient_accumulation_steps")[0] or 1)
+    right = f"set train_batch_size to {m * g * n} (micro batch {m} × accumulation {g} × world size {n})"
+    if mb is not None and ga is not None:
+        return f"{right}, or drop train_batch_size (DeepSpeed computes it)"
+    if mb is None and ga is not None:
+        return (f"{right}, a multiple of gradient_accumulation_steps {g} × world size {n} = {g * n}; or replace "
+                f"train_batch_size with \"train_micro_batch_size_per_gpu\": {m} (DeepSpeed then computes "
+                f"train_batch_size {m * g * n})")
+    if mb is not None:  # accumulation missing
+        return (f"{right}, a multiple of train_micro_batch_size_per_gpu {m} × world size {n} = {m * n}; or replace "
+                f"train_batch_size with \"gradient_accumulation_steps\": {g} (DeepSpeed then computes "
+                f"train_batch_size {m * g * n})")
+    return (f"{right}, a multiple of world size {n}; or replace train_batch_size with "
+            f"\"train_micro_batch_size_per_gpu\": {m} and \"gradient_accumulation_steps\": {g}")
+
+
 def _rule_batch(ctx: _Ctx) -> None:
+    """Rule 2: the batch keys as DeepSpeed reads them (:func:`deepspeed_batch`), and against the plan.
+
+    The plan never fills a key the config leaves out, except where the reader does: plain ``deepspeed.initialize``
+    and Accelerate leave a missing key missing and DeepSpeed derives it (Accelerate's ``_prepare_deepspeed`` and
+    ``DeepSpeedPlugin.deepspeed_config_process`` fill only ``"auto"``; the HF Trainer's ``fill_match`` likewise, and
+    it raises on a given value that differs from ``TrainingArguments``:
+    ``transformers/integrations/deepspeed.py::HfTrainerDeepSpeedConfig.trainer_config_process``)."""
     cfg, n = ctx.cfg, ctx.world_size
     vals = {k: cfg.get(k) for k in BATCH_KEYS}
     if any(v == "auto" for v in vals.values()):
         # rule 3 reports autos; arithmetic is checked only on explicit numbers
-        explicit = {k: v for k, v in vals.items() if _is_int(v)}
-        if len(explicit) < 3:
+        if sum(_is_int(v) for v in vals.values()) < 3:
             return
-    for k, v in vals.items():
+    for v in vals.values():
         if v is not None and v != "auto" and not (_is_int(v) and v > 0):
             return  # rule 9 reports the type/range problem
-    tb, mb, ga = vals["train_batch_size"], vals["train_micro_batch_size_per_gpu"], vals["gradient_accumulation_steps"]
-    tb = None if tb == "auto" else tb
-    mb = None if mb == "auto" else mb
-    ga = None if ga == "auto" else ga
-    plan = ctx.plan
-    if plan is not None:
-        for key, value, planned in (("train_micro_batch_size_per_gpu", mb, plan.micro_batch),
-                                    ("gradient_accumulation_steps", ga, plan.grad_accum)):
-            if value is not None and value != planned:
-                if ctx.mode == "trainer":
-                    ctx.add(ERROR, key, f"{key}={value} but the plan (TrainingArguments) has {planned}; the HF "
-                            "Trainer raises 'Please correct the following DeepSpeed config values that mismatch "
-                            "TrainingArguments'", f'set {key} to {planned}, or to "auto"')
-                else:
-                    ctx.add(WARNING, key, f"{key}={value} but the plan has {planned}; the config wins",
-                            f"set {key} to {planned}, or change the plan")
+    given = {k: (None if v == "auto" else v) for k, v in vals.items()}
+    tb, mb, ga = (given[k] for k in BATCH_KEYS)
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        planned, name = _intended(ctx, key)
+        if given[key] is not None and planned is not None and given[key] != planned:
+            if ctx.mode == "trainer":
+                ctx.add(ERROR, key, f"{key}={given[key]} but the plan (TrainingArguments) has {planned}; the HF "
+                        "Trainer raises 'Please correct the following DeepSpeed config values that mismatch "
+                        "TrainingArguments'", f'set {key} to {planned}, or to "auto"')
+            else:
+                ctx.add(WARNING, key, f"{key}={given[key]} but {name} is {planned}; the config wins",
+                        f"set {key} to {planned}, or change {name}")
     if n is None:
         if any(v is not None for v in (tb, mb, ga)):
             ctx.add(WARNING, "train_batch_size", "batch arithmetic not checked: the world size is unknown",
                     "pass world_size (CLI: --world-size N), the number of GPUs over all machines")
         return
-    src_mb = ""
-    if mb is None and plan is not None:
-        mb, src_mb = plan.micro_batch, " (micro batch from the plan)"
-    src_ga = ""
-    if ga is None and plan is not None and tb is not None:
-        ga, src_ga = plan.grad_accum, " (accumulation from the plan)"
-
-    if tb is None and mb is None:
-        if ctx.mode == "deepspeed":
-            ctx.add(ERROR, "train_micro_batch_size_per_gpu",
-                    "neither train_batch_size nor train_micro_batch_size_per_gpu is set; DeepSpeed refuses the "
-                    "config ('Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided')",
-                    "set train_micro_batch_size_per_gpu (sequences per GPU per step) and gradient_accumulation_steps")
-        return
-    if tb is not None and mb is not None:
-        g = ga if ga is not None else None
-        if g is None:
-            # DeepSpeed derives accumulation = train // micro // world size
-            derived = tb // mb // n
-            if derived >= 1 and derived * mb * n == tb:
-                return
-            ctx.add(ERROR, "train_batch_size",
-                    f"train_batch_size={tb} is not a multiple of micro batch {mb}{src_mb} × world size {n} = "
-                    f"{mb * n}; DeepSpeed cannot derive gradient_accumulation_steps",
-                    f"set train_batch_size to {mb * n} × accumulation steps (e.g. {mb * n} for 1 step) and "
-                    "gradient_accumulation_steps to match")
+    if ctx.mode == "trainer" and tb is not None:
+        (pm, mname), (pg, gname) = (_intended(ctx, k) for k in _BATCH_FIELDS)
+        if pm is not None and pg is not None and tb != pm * pg * n:
+            ctx.add(ERROR, "train_batch_size", f"train_batch_size={tb} but the plan (TrainingArguments) gives world "
+                    f"size {n} × per_device_train_batch_size {pm} × gradient_accumulation_steps {pg} = {pm * pg * n}; "
+                    "the HF Trainer raises 'Please correct the following DeepSpeed config values that mismatch "
+                    "TrainingArguments' (train_batch_size (calculated))",
+                    f'set train_batch_size to {pm * pg * n}, or to "auto"')
             return
-        want = mb * g * n
-        if tb != want:
-            ctx.add(ERROR, "train_batch_size",
-                    f"train_batch_size={tb} but micro batch {mb}{src_mb} × accumulation {g}{src_ga} × world size "
-                    f"{n} = {want}; DeepSpeed refuses the config",
-                    f"set train_batch_size to {want}, or drop it (DeepSpeed computes it)")
+    ds = deepspeed_batch(tb, mb, ga, n)
+    if not ds.ok:
+        if ds.train_batch_size is None and ctx.mode != "deepspeed":
+            return  # Accelerate / the Trainer: a script's DataLoader may set it (rule 3 names the "auto" keys)
+        lead = [f"DeepSpeed derives {key} = {how}" for key, how in ds.derived]
+        if ds.refusal.startswith("Check batch"):
+            product = ds.micro_batch * ds.grad_accum * n
+            lead.append(f"train_batch_size={ds.train_batch_size} but micro batch {ds.micro_batch} × accumulation "
+                        f"{ds.grad_accum} × world size {n} = {product}")
+        typed = given.get(ds.refused_key) is not None or ds.train_batch_size is None  # name a key the user wrote
+        ctx.add(ERROR, ds.refused_key if typed else "train_batch_size",
+                "; ".join(lead + [f"DeepSpeed refuses the config: '{ds.refusal}' (deepspeed/runtime/config.py, "
+                                  "DeepSpeedConfig._set_batch_related_parameters / _batch_assertion)"]),
+                _batch_fix(ds, given, ctx))
         return
-    if tb is not None:  # micro batch missing, no plan
-        g = ga if ga is not None else 1
-        mb_derived = tb // (g * n)
-        if mb_derived >= 1 and mb_derived * g * n == tb:
-            if ga is None:
-                return
-            ctx.add(WARNING, "train_micro_batch_size_per_gpu",
-                    f"train_micro_batch_size_per_gpu is not set; DeepSpeed derives it as train_batch_size {tb} / "
-                    f"(accumulation {g} × world size {n}) = {mb_derived}",
-                    f"set train_micro_batch_size_per_gpu to {mb_derived} explicitly so the arithmetic is visible")
-            return
-        fix_tb = g * n
-        ctx.add(ERROR, "train_batch_size",
-                f"train_batch_size={tb} with gradient_accumulation_steps={g} on world size {n}: DeepSpeed derives "
-                f"micro batch {tb} // ({g} × {n}) = {mb_derived} and refuses the config; train_batch_size must "
-                f"be micro batch × {g} × {n}",
-                f"for micro batch 1 set train_batch_size to {fix_tb} (micro batch B: {fix_tb}·B), and set "
-                f"train_micro_batch_size_per_gpu explicitly; or drop train_batch_size")
-        return
-    # micro batch (and maybe accumulation) only: DeepSpeed computes train_batch_size — consistent.
+    for key in _BATCH_FIELDS:
+        how = ds.how(key)
+        planned, name = _intended(ctx, key)
+        if how is None:
+            continue
+        value = ds.micro_batch if key == "train_micro_batch_size_per_gpu" else ds.grad_accum
+        if planned is not None and planned != value:
+            m = planned if key == "train_micro_batch_size_per_gpu" else ds.micro_batch
+            g = planned if key == "gradient_accumulation_steps" else ds.grad_accum
+            ctx.add(WARNING, key, f"{key} is not in the config: DeepSpeed derives {key} = {how}, but {name} is {planned}; "
+                    f"DeepSpeed's engine counts {value} (its step boundaries, throughput and own DataLoader)",
+                    f"set {key} to {planned} and train_batch_size to {m * g * n}, or change {name} to {value}")
+        elif key == "train_micro_batch_size_per_gpu" and tb is not None and ga is not None and planned is None:
+            ctx.add(WARNING, key, f"train_micro_batch_size_per_gpu is not set; DeepSpeed derives it: {how}",
+                    f"set train_micro_batch_size_per_gpu to {value} explicitly so the arithmetic is visible")
 
 
 def _auto_values(ctx: _Ctx) -> dict[str, str]:
@@ -885,6 +1005,12 @@ def _rule_precision(ctx: _Ctx) -> None:
                     "fp16 needs loss scaling and can overflow (skipped steps, NaN loss); bf16 has fp32's range",
                     "--precision bf16 (the Trainer's --bf16)" if by_auto else
                     'replace the fp16 block with "bf16": {"enabled": true}')
+    if ctx.gpu and isinstance(fp16, dict) and (fp16.get("enabled") is True or by_auto):
+        cc = gpu_compute_capability(ctx.gpu)
+        if cc is not None and cc < (8, 0):
+            via = (" (fp16.enabled \"auto\", filled from --precision fp16)") if by_auto else ""
+            message, fix = fp16_loss_scale_warning(fp16, ctx.gpu, cc, cfg=cfg, via=via)
+            ctx.add(WARNING, "fp16", message, fix)
     if ctx.gpu and gpu_compute_capability(ctx.gpu) is None:
         ctx.add(WARNING, "(gpu)", f"unknown GPU {ctx.gpu!r}: bf16 support not checked",
                 "name it like 'RTX 4090', 'A100', 'H100', 'V100'")
@@ -893,6 +1019,108 @@ def _rule_precision(ctx: _Ctx) -> None:
         if cc is not None and cc < (8, 0):
             ctx.add(ERROR, bf16_key, f"bf16 on {ctx.gpu} (compute capability {cc[0]}.{cc[1]} < 8.0): no native "
                     "bf16 compute", 'use "fp16": {"enabled": true, "loss_scale": 0} instead')
+
+
+# ----------------------------------------------------------------------------------------------
+# fp16 dynamic loss scaling (GPUs without bf16)
+# ----------------------------------------------------------------------------------------------
+
+#: DeepSpeed's defaults for the fp16 loss-scaling keys (``deepspeed/runtime/precision_config.py``,
+#: ``DeepSpeedFP16Config`` 0.19.8: ``loss_scale`` 0 = dynamic; ``initial_scale_power`` 16; ``loss_scale_window``
+#: 1000; ``hysteresis`` 2; ``consecutive_hysteresis`` false; ``min_loss_scale`` 1).
+FP16_LOSS_SCALE_DEFAULTS = {"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
+                            "consecutive_hysteresis": False, "min_loss_scale": 1}
+
+#: DeepSpeed's message when dynamic loss scaling cannot go lower (``runtime/fp16/loss_scaler.py``,
+#: ``DynamicLossScaler.update_scale``).
+LOSS_SCALE_AT_MINIMUM = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+
+
+def loss_scaling(fp16_block: dict | None) -> dict:
+    """DeepSpeed's fp16 loss-scaling settings for a config's ``fp16`` block, its defaults filled
+    (:data:`FP16_LOSS_SCALE_DEFAULTS`), and ``overflows_to_exit``: how many overflowing steps in a row (no
+    ``loss_scale_window`` clean steps between them) end a dynamic-scaling run with :data:`LOSS_SCALE_AT_MINIMUM`.
+
+    The count follows ``DynamicLossScaler.update_scale`` (``deepspeed/runtime/fp16/loss_scaler.py``, 0.19.8): the
+    scale starts at 2^``initial_scale_power``; an overflowing step is skipped and, while the hysteresis counter is
+    above 1, only decrements it (``hysteresis`` - 1 steps); after that each overflow halves the scale, floored at
+    ``min_loss_scale``; an overflow at the floor raises. ``dynamic`` is False for a static ``loss_scale`` > 0 (no
+    exit; ``overflows_to_exit`` None). Values the config gives that are not numbers are left as given (rule 9)."""
+    block = fp16_block if isinstance(fp16_block, dict) else {}
+    s = {k: block.get(k, v) for k, v in FP16_LOSS_SCALE_DEFAULTS.items()}
+    s["dynamic"] = s["loss_scale"] == 0
+    s["overflows_to_exit"] = None
+    try:
+        scale, floor, hyst = 2.0 ** int(s["initial_scale_power"]), float(s["min_loss_scale"]), int(s["hysteresis"])
+    except (TypeError, ValueError, OverflowError):
+        return s
+    if s["dynamic"] and floor > 0:
+        steps = 0
+        while True:  # DynamicLossScaler.update_scale(overflow=True), one call per overflowing step
+            steps += 1
+            if hyst == 1:
+                if scale == floor:
+                    break
+                scale = max(scale / 2.0, floor)
+            else:
+                hyst -= 1
+            if steps > 10_000:  # cannot happen with finite settings; a guard, not a rule
+                return s
+        s["overflows_to_exit"] = steps
+    return s
+
+
+def _int_or(v, default: int) -> int:
+    return v if _is_int(v) else default
+
+
+def fp16_loss_scale_warning(fp16_block: dict | None, gpu: str, cc: tuple[int, int], *, cfg: dict | None = None,
+                            via: str = "") -> tuple[str, str]:
+    """(message, fix) for fp16 on a GPU without bf16 (compute capability < 8.0: V100 7.0, T4 7.5, ...): what
+    DeepSpeed's dynamic loss scaling does with these settings (:func:`loss_scaling`), its failure
+    (:data:`LOSS_SCALE_AT_MINIMUM`) and the fixes, leaving out those ``cfg`` already has (a ``gradient_clipping``
+    > 0, a scheduler with warm-up steps). Used by ``cookbook lint`` (rule 5) and ``cookbook env``."""
+    s = loss_scaling(fp16_block)
+    cfg = cfg if isinstance(cfg, dict) else {}
+    head = (f"fp16 on {gpu} (compute capability {cc[0]}.{cc[1]}: no bf16, so fp16 is the only 16-bit choice){via}. ")
+    if not s["dynamic"]:
+        return (head + f"loss_scale {s['loss_scale']} is a static scale: DeepSpeed never lowers it, so gradients "
+                "that overflow fp16's range (max 65504) at that scale give skipped steps or inf/NaN, and ones below "
+                "its range underflow to zero",
+                'set "loss_scale": 0 (dynamic loss scaling, DeepSpeed\'s default) unless you know the right scale')
+    n = s["overflows_to_exit"]
+    msg = (head + f"DeepSpeed's dynamic loss scaling multiplies the loss by 2^{s['initial_scale_power']} "
+           f"(initial_scale_power) so small gradients survive in fp16; a step whose gradients overflow is skipped "
+           f"('OVERFLOW! ... Skipping step') and, after hysteresis {s['hysteresis']}, halves the scale; "
+           f"loss_scale_window {s['loss_scale_window']} clean steps double it again. A loss that keeps overflowing "
+           f"drives it down to min_loss_scale {s['min_loss_scale']}, and the next overflow ends the run: "
+           f"'{LOSS_SCALE_AT_MINIMUM}' (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale)"
+           + (f" — with these settings after {n} overflowing steps without {s['loss_scale_window']} clean steps "
+              "between them" if n else "")
+           + ". It is the usual sign of a diverging run (lr too high, no warm-up), not of the scaler")
+    sched = cfg.get("scheduler") if isinstance(cfg.get("scheduler"), dict) else {}
+    params = sched.get("params") if isinstance(sched.get("params"), dict) else {}
+    fixes = []
+    if not params.get("warmup_num_steps") and not params.get("warmup_ratio"):
+        fixes.append("warm the lr up (scheduler WarmupDecayLR / WarmupLR warmup_num_steps, e.g. 5 % of the steps; "
+                     "cookbook: --warmup-steps)")
+    fixes.append("lower the lr (e.g. halve it)")
+    clip = cfg.get("gradient_clipping")
+    if not (_is_num(clip) and clip > 0):
+        fixes.append('clip gradients: "gradient_clipping": 1.0')
+    p = s["initial_scale_power"]
+    fixes.append(f"start lower and halve less often: fp16.initial_scale_power {max(int(p) - 4, 8) if _is_int(p) else 12} "
+                 f"(now {p}), hysteresis {max(_int_or(s['hysteresis'], 2) * 2, 4)} (overflows tolerated before a "
+                 f"halving; now {s['hysteresis']}), loss_scale_window {max(_int_or(s['loss_scale_window'], 1000) // 2, 1)} "
+                 f"(the scale climbs back sooner; now {s['loss_scale_window']})")
+    floor = s["min_loss_scale"]
+    fixes.append("min_loss_scale " + (f"{floor} ends the run sooner than DeepSpeed's default: set it to 1, the lowest "
+                                      "floor" if _is_num(floor) and floor > 1 else
+                                      "is at 1, the lowest floor: DeepSpeed 0.19.8 takes only an integer >= 1 "
+                                      "(DeepSpeedFP16Config)"))
+    fixes.append("or train in fp32 (fp16.enabled false; cookbook: --precision fp32): no loss scaling, but slower, and "
+                 "weights and activations in fp32 take twice the GPU memory")
+    return msg, "if the run stops there: " + "; ".join(fixes)
 
 
 def _rule_activation_checkpointing(ctx: _Ctx) -> None:
@@ -1468,13 +1696,21 @@ def _rule_buckets(ctx: _Ctx) -> None:
 # entry point
 # ----------------------------------------------------------------------------------------------
 
-def _stated_micro(path) -> int | None:
-    """``train_micro_batch_size_per_gpu`` as a number in the JSON file at ``path``, else None."""
+def _stated_micro(path, world_size: int | None = None) -> int | None:
+    """The micro batch per GPU of the JSON file at ``path``: ``train_micro_batch_size_per_gpu`` as a number, else the
+    one DeepSpeed derives from ``train_batch_size`` on ``world_size`` GPUs (:func:`deepspeed_batch`), else None."""
     try:
-        v = json.loads(Path(path).read_text(encoding="utf-8-sig")).get("train_micro_batch_size_per_gpu")
+        cfg = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        v = cfg.get("train_micro_batch_size_per_gpu")
     except (OSError, ValueError, AttributeError):
         return None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if _is_int(v):
+        return v
+    vals = [cfg.get(k) for k in BATCH_KEYS]
+    if v is None and world_size and _is_int(vals[0]) and all(x is None or (_is_int(x) and x > 0) for x in vals):
+        ds = deepspeed_batch(*vals, world_size)
+        return ds.micro_batch if ds.ok else None
+    return None
 
 
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
@@ -1503,8 +1739,10 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
             (default: ``Plan(num_gpus=world_size, model=model)``).
         will_save_hf_model: an HF model will be saved (``save_pretrained``), and the model is an HF
             transformers model (rules 6 and 8).
-        stated, names, lr, max_steps, warmup_steps: mode ``launch`` only: the options the user typed, how to
-            name them, and the training options (see :func:`cookbook.dsconfig.resolve_config`).
+        stated, names, lr, max_steps, warmup_steps: mode ``launch``: the options the user typed, how to
+            name them, and the training options (see :func:`cookbook.dsconfig.resolve_config`). In the other
+            modes ``stated`` (plan field names) says which of ``plan``'s fields the user gave: only those are
+            compared with the config's batch keys (default: every field of ``plan``), and ``names`` names them.
         machine: also check what this machine decides (what :func:`cookbook.launch.launch` checks before it
             starts anything): fp16 where DeepSpeed's CPU accelerator has none, NVMe offload without libaio, and
             the precision rules for this machine's GPU when ``gpu`` is not given.
@@ -1574,6 +1812,7 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
     ctx = _Ctx(cfg, world_size, mode, gpu, model, plan, will_save_hf_model)
     ctx.handled.update(f.path for f in pre)
     ctx.names = dict(names or {})
+    ctx.stated = set(stated) if stated is not None and mode != "launch" else None
     ctx.precision = precision
     ctx.filled = set(filled or ()) | ({r.path for r in resolved.rows if r.how != "kept"} if resolved else set())
     if (model or (plan and plan.model)) and ctx.spec is None:
@@ -1733,6 +1972,8 @@ def _run(args) -> int:
         opts = dict(stated=stated, names=names, lr=args.lr if args.lr is not None else lr_d,
                     max_steps=args.max_steps if args.max_steps is not None else steps_d,
                     warmup_steps=args.warmup_steps, machine=args.gpu is None)
+    else:  # only the typed options are the user's plan; the rest are Plan's defaults, not what the user said
+        opts = dict(stated=stated, names=names)
     try:
         with stdout_to_stderr():
             report = lint(args.config, world_size=world, mode=mode, gpu=args.gpu, model=args.model, plan=plan,
@@ -1742,7 +1983,7 @@ def _run(args) -> int:
         return 2
     resolved = report.resolved
     if not args.model:
-        micro = _stated_micro(args.config)
+        micro = _stated_micro(args.config, world)
         notes.append("memory: not checked — no --model given. ZeRO partitions and offloads the model states, never "
                      "the activations and logits of each micro batch" + (f" (here {micro} per GPU)" if micro else "")
                      + "; to check them against the card: cookbook lint CONFIG --model NAME --seq-len TOKENS --gpu "
@@ -1825,6 +2066,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run)
 
 
-__all__ = ["Finding", "LintReport", "LintParseError", "MODES", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
+__all__ = ["BatchArithmetic", "Finding", "LintReport", "LintParseError", "MODES", "deepspeed_batch",
+           "fp16_loss_scale_warning", "loss_scaling", "FP16_LOSS_SCALE_DEFAULTS", "LOSS_SCALE_AT_MINIMUM", "GPU_COMPUTE_CAPABILITY", "gpu_compute_capability",
            "config_world_size", "cpu_fp16_supported", "known_keys", "lint", "load_config", "optimizer_param_keys",
            "register", "scheduler_param_keys"]

@@ -643,3 +643,43 @@ def test_describe_scheduler_says_what_each_block_runs():
                                                  "total_num_steps": 40}}
     assert describe_scheduler(decay) == "WarmupDecayLR: 0 -> 0.003 over 2 warm-up step(s), then linear to 0 at step 40"
     assert describe_scheduler({"type": "OneCycle", "params": {"cycle_min_lr": 1e-6}}) == "OneCycle: cycle_min_lr=1e-06"
+
+
+# ---------------------------------------------------------------- issue 31: nothing chosen silently
+def test_config_says_why_it_writes_pin_memory_false(capsys):
+    """`cookbook config` with short host RAM writes pin_memory false and says why, with the host check's numbers."""
+    from cookbook import cli
+    from cookbook.dsconfig import PIN_MEMORY_OFF_COST, preset_plan
+    from cookbook.memory import estimate
+    args = ["config", "zero3-offload", "--gpus", "1", "--micro-batch", "1", "--grad-accum", "8", "--model", "llama-7b"]
+    assert cli.main(args + ["--host-memory-gib", "64"]) == 0
+    cap = capsys.readouterr()
+    cfg = json.loads(cap.out)
+    assert cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] is False
+    need = estimate(preset_plan("zero3-offload", model="llama-7b", num_gpus=1, micro_batch=1, grad_accum=8,
+                                host_memory_gib=64)).host_gib["total"]
+    note = [line for line in cap.err.splitlines() if line.startswith("[pin_memory]")]
+    assert len(note) == 1 and "--host-memory-gib 64" in note[0] and f"{need:.1f} GiB with pinned buffers" in note[0]
+    slower = PIN_MEMORY_OFF_COST["pinned_tokens_per_s"] / PIN_MEMORY_OFF_COST["unpinned_tokens_per_s"]
+    assert f"{slower:.1f}x slower" in note[0] and "PIN_MEMORY_OFF_COST" in note[0]
+    # enough RAM: pinned, and nothing said
+    assert cli.main(args + ["--host-memory-gib", f"{need + 8:.0f}"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["zero_optimization"]["offload_optimizer"]["pin_memory"] is True
+    assert "[pin_memory]" not in cap.err
+
+
+def test_plan_from_config_derives_the_micro_batch_as_deepspeed():
+    """A config with train_batch_size and accumulation only: DeepSpeed's micro batch (128 // 8 // 4 = 4), not the
+    Plan default 1, is what env and estimate see (issue 31, class 1)."""
+    from cookbook.dsconfig import config_plan_fields, plan_from_ds_config
+    cfg = {"train_batch_size": 128, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}
+    plan = plan_from_ds_config(cfg, model="llama-7b", world_size=8)
+    assert (plan.micro_batch, plan.grad_accum) == (4, 4)
+    only_tb = plan_from_ds_config({"train_batch_size": 16}, model="llama-7b", world_size=8)
+    assert (only_tb.micro_batch, only_tb.grad_accum) == (2, 1)
+    auto = plan_from_ds_config({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"},
+                               model="llama-7b", world_size=8, base=Plan(model="llama-7b", micro_batch=3))
+    assert auto.micro_batch == 3  # "auto": the reader fills it, the base stands
+    assert config_plan_fields(cfg) == {"zero_stage", "micro_batch", "grad_accum"}
+    assert config_plan_fields({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": True}}) == {"precision"}

@@ -575,3 +575,154 @@ def test_bad_host_memory_gib_refused_without_model():
     r = subprocess.run([sys.executable, "-m", "cookbook.cli", "env", "--host-memory-gib", "-5", "--no-allreduce",
                         "--no-nvme-probe"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--host-memory-gib -5.0: must be a positive number of GiB" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- fp16 on GPUs without bf16 (issue 31, class 5)
+def _v100_facts():
+    f = facts("rtx4090x4_driver560")
+    f["gpus"] = [{"index": i, "name": "Tesla V100-SXM2-32GB", "memory_gib": 31.7, "compute_capability": [7, 0]}
+                 for i in range(4)]
+    return f
+
+
+def test_fp16_on_v100_says_what_loss_scaling_does():
+    plan = Plan(model="llama-7b", num_gpus=4, gpu_memory_gib=31.7, zero_stage=3, precision="fp16")
+    c = env.check(plan, _v100_facts())["fp16_loss_scaling"]
+    assert c.status == "warn" and "cannot decrease scale anymore" in c.reason
+    # DeepSpeed's defaults: 2^16, 1 hysteresis step + 16 halvings + 1 at the floor of 1
+    assert c.value == "fp16 on compute capability 7.0; dynamic loss scale 2^16, exits after 18 overflows in a row"
+    assert "warm the lr up" in c.fix and "initial_scale_power" in c.fix and "fp32" in c.fix
+    # bf16 cards and bf16 plans: no such check
+    assert "fp16_loss_scaling" not in [x.name for x in env.check(plan, facts("rtx4090x4_driver560")).checks]
+    assert "fp16_loss_scaling" not in [x.name for x in env.check(plan.replace(precision="fp32"), _v100_facts()).checks]
+
+
+def test_cli_env_config_fp16_block_on_v100(tmp_path, capsys):
+    """The config's own loss-scaling keys are the ones reported: min_loss_scale 128 ends the run after 11."""
+    fpath = tmp_path / "facts.json"
+    fpath.write_text(json.dumps(_v100_facts()))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                               "fp16": {"enabled": True, "loss_scale": 0, "min_loss_scale": 128},
+                               "zero_optimization": {"stage": 2}}))
+    cli_main(["env", "--facts", str(fpath), "--config", str(cfg), "--world-size", "4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    c = [x for x in out["checks"] if x["name"] == "fp16_loss_scaling"][0]
+    assert "exits after 11 overflows" in c["value"] and "min_loss_scale 128" in c["fix"]
+
+
+# ---------------------------------------------------------------- libaio vs DeepSpeed's async_io probe (issue 31, class 6)
+def _tree(root, files):
+    for rel in files:
+        p = root / rel.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    return root
+
+
+def test_libaio_files_finds_dev_and_runtime_files(tmp_path):
+    root = _tree(tmp_path, ["/usr/include/libaio.h", "/usr/lib/x86_64-linux-gnu/libaio.so",
+                            "/usr/lib/x86_64-linux-gnu/libaio.so.1t64"])
+    got = env.libaio_files({}, root=root)
+    assert got == {"header": "/usr/include/libaio.h", "library": "/usr/lib/x86_64-linux-gnu/libaio.so",
+                   "runtime": "/usr/lib/x86_64-linux-gnu/libaio.so.1t64", "default_paths": True}
+    # Ubuntu 24.04 with only libaio1t64 (no libaio-dev): the run-time library alone
+    runtime_only = env.libaio_files({}, root=_tree(tmp_path / "rt", ["/usr/lib/x86_64-linux-gnu/libaio.so.1t64"]))
+    assert runtime_only["header"] is None and runtime_only["library"] is None and runtime_only["runtime"]
+    # a libaio built from source under /opt: found through CFLAGS/LDFLAGS, outside the default folders without them
+    opt = _tree(tmp_path / "opt", ["/opt/libaio/include/libaio.h", "/opt/libaio/lib/libaio.so"])
+    assert env.libaio_files({}, root=opt)["header"] is None
+    named = env.libaio_files({"CFLAGS": "-O2 -I/opt/libaio/include", "LDFLAGS": "-L /opt/libaio/lib"}, root=opt)
+    assert named["header"] == "/opt/libaio/include/libaio.h" and named["default_paths"]
+    conda = _tree(tmp_path / "conda", ["/env/include/libaio.h", "/env/lib/libaio.so"])
+    c = env.libaio_files({"CONDA_PREFIX": "/env"}, root=conda)
+    assert c["library"] == "/env/lib/libaio.so" and not c["default_paths"]
+
+
+def _nvme_facts(**over):
+    f = facts("nvme_no_libaio")  # DeepSpeed's probe said async_io=False there
+    f.update(over)
+    return f
+
+
+def test_libaio_installed_but_probe_fails_is_not_install_libaio():
+    """The reported case: libaio-dev is installed, DeepSpeed's probe fails for another reason."""
+    f = _nvme_facts(libaio=True, libaio_files={"header": "/usr/include/libaio.h",
+                                               "library": "/usr/lib/x86_64-linux-gnu/libaio.so",
+                                               "runtime": "/usr/lib/x86_64-linux-gnu/libaio.so.1", "default_paths": True},
+                    cxx=False)
+    c = env.check(NVME_PLAN, f)["libaio"]
+    assert c.status == "fail" and c.value.startswith("libaio installed (/usr/include/libaio.h")
+    assert "not the fix" in c.reason and "has_function" in c.reason and "no C/C++ compiler" in c.reason
+    assert "build-essential" in c.fix and 'CFLAGS="-I/usr/include" LDFLAGS="-L/usr/lib/x86_64-linux-gnu"' in c.fix
+    assert "DS_BUILD_AIO=1 pip install" in c.fix and "deepspeed==0.16.4" in c.fix
+    assert "libaio-dev" not in c.fix
+    assert "see the libaio check" in env.check(NVME_PLAN, f)["deepspeed_ops"].fix
+
+
+def test_libaio_outside_default_paths_gets_cflags_ldflags():
+    f = _nvme_facts(libaio=False, libaio_files={"header": "/env/include/libaio.h", "library": "/env/lib/libaio.so",
+                                                "runtime": None, "default_paths": False})
+    c = env.check(NVME_PLAN, f)["libaio"]
+    assert "outside the compiler's default folders" in c.reason
+    assert 'export CFLAGS="-I/env/include" LDFLAGS="-L/env/lib"' in c.fix
+
+
+def test_libaio_runtime_only_names_the_dev_files():
+    f = _nvme_facts(libaio=False, libaio_files={"header": None, "library": None,
+                                                "runtime": "/usr/lib/x86_64-linux-gnu/libaio.so.1t64",
+                                                "default_paths": False})
+    c = env.check(NVME_PLAN, f)["libaio"]
+    assert c.status == "fail" and "libaio.h" in c.reason and "libaio.so (the link-time library)" in c.reason
+    assert "libaio-dev" in c.fix
+
+
+def test_prebuilt_async_io_needs_no_probe_nor_python_headers():
+    f = _nvme_facts(libaio=True, python_headers=False, python_version="3.12.3",
+                    python_include="/usr/include/python3.12",
+                    libaio_files={"header": None, "library": None, "runtime": "/usr/lib/x86_64-linux-gnu/libaio.so.1",
+                                  "default_paths": False},
+                    ds_prebuilt_ops={"async_io": True, "cpu_adam": True, "fused_adam": False})
+    r = env.check(NVME_PLAN, f)
+    assert r["libaio"].status == "ok" and "prebuilt" in r["libaio"].value
+    assert r["build_tools"].status == "warn" and "prebuilt" in r["build_tools"].reason
+    assert r["deepspeed_ops"].status == "ok"
+
+
+def test_missing_python_h_is_an_error_only_for_a_jit_op():
+    """Issue 31, class 6: CPU Adam (optimizer offload) not prebuilt: missing Python.h stops the run at start."""
+    f = facts("rtx4090x4_driver560")
+    f.update(python_headers=False, python_version="3.12.3", python_include="/home/u/.venv-py/include/python3.12")
+    offload = Plan(model="llama-7b", num_gpus=4, zero_stage=2, offload_optimizer="cpu")
+    c = env.check(offload, f)["build_tools"]
+    assert c.status == "fail" and "JIT-build cpu_adam" in c.reason and "jit_load" in c.reason
+    assert "python3.12-dev" in c.fix and "python3-dev" in c.fix and "/home/u/.venv-py/include/python3.12" in c.fix
+    assert env.check(Plan(model="llama-7b", num_gpus=4, zero_stage=3), f)["build_tools"].status == "warn"
+    f["ds_prebuilt_ops"] = {"cpu_adam": True}
+    assert env.check(offload, f)["build_tools"].status == "warn"
+
+
+# ---------------------------------------------------------------- WSL2 and pinned memory
+@pytest.mark.parametrize("proc_version,environ,wsl", [
+    ("Linux version 5.15.153.1-microsoft-standard-WSL2 (root@941d701f84f1) (gcc (GCC) 11.2.0) #1 SMP", {}, True),
+    ("Linux version 4.4.0-19041-Microsoft (Microsoft@Microsoft.com) (gcc version 5.4.0) #1237-Microsoft", {}, True),
+    ("Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) (x86_64-linux-gnu-gcc-13) #45-Ubuntu SMP", {}, False),
+    (None, {"WSL_DISTRO_NAME": "Ubuntu-22.04"}, True),
+    (None, {}, False),
+])
+def test_detect_wsl(proc_version, environ, wsl):
+    assert env.detect_wsl(proc_version, environ) is wsl
+
+
+def test_wsl_with_offload_recommends_pin_memory_false_with_its_measured_cost():
+    from cookbook.dsconfig import PIN_MEMORY_OFF_COST
+    f = facts("rtx4090x1_driver535")
+    f["wsl"] = True
+    plan = Plan(model="llama-7b", num_gpus=1, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    c = env.check(plan, f)["wsl"]
+    assert c.status == "warn" and "Pinned system memory" in c.reason and "CUDA on WSL User Guide" in c.reason
+    assert '"pin_memory": false' in c.fix and "PIN_MEMORY_OFF_COST" in c.fix
+    slower = PIN_MEMORY_OFF_COST["pinned_tokens_per_s"] / PIN_MEMORY_OFF_COST["unpinned_tokens_per_s"]
+    assert f"{slower:.1f}x slower" in c.fix and round(1381 / 458, 1) == 3.0
+    assert env.check(Plan(model="llama-7b", num_gpus=1, zero_stage=2), f)["wsl"].status == "ok"
+    assert "wsl" not in [x.name for x in env.check(plan, facts("rtx4090x1_driver535")).checks]

@@ -105,9 +105,111 @@ def test_batch_without_world_size_warns():
 
 
 def test_batch_micro_from_plan():
+    """A valid config whose micro batch DeepSpeed derives is not refused because the plan's differs (issue 31,
+    class 1): train_batch_size 32 // world size 8 // accumulation 1 = 4, and 4 × 1 × 8 = 32."""
     plan = Plan(num_gpus=8, micro_batch=16, grad_accum=1)
-    f = _find(lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan), "train_batch_size", "error")
-    assert "= 128" in f.message
+    report = lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan)
+    assert not report.errors
+    f = _find(report, "train_micro_batch_size_per_gpu", "warning")
+    assert "= 4" in f.message and "is 16" in f.message and "train_batch_size to 128" in f.fix
+    # the HF Trainer compares train_batch_size with TrainingArguments (16 × 1 × 8 = 128) and raises
+    assert "= 128" in _find(lint({"train_batch_size": 32, "gradient_accumulation_steps": 1}, plan=plan, mode="trainer"),
+                            "train_batch_size", "error").message
+
+
+# DeepSpeed's own batch code is the reference: _set_batch_related_parameters then _batch_assertion, run on an
+# object holding the three keys and a world size (the same attributes DeepSpeedConfig sets before calling them)
+_BATCH_CASES = [(tb, mb, ga, n) for tb in (None, 1, 16, 64, 100, 128) for mb in (None, 1, 2, 4)
+                for ga in (None, 1, 4, 16) for n in (1, 3, 8)]
+
+
+def _deepspeed_reference(tb, mb, ga, n):
+    from types import SimpleNamespace
+
+    from deepspeed.runtime.config import DeepSpeedConfig
+    ns = SimpleNamespace(train_batch_size=tb, train_micro_batch_size_per_gpu=mb, gradient_accumulation_steps=ga,
+                         world_size=n)
+    try:
+        DeepSpeedConfig._set_batch_related_parameters(ns)
+        DeepSpeedConfig._batch_assertion(ns)
+    except AssertionError as exc:
+        return ns, str(exc)
+    return ns, None
+
+
+def test_deepspeed_batch_matches_deepspeed_on_every_combination():
+    from cookbook.lint import deepspeed_batch
+    for tb, mb, ga, n in _BATCH_CASES:
+        ns, refusal = _deepspeed_reference(tb, mb, ga, n)
+        got = deepspeed_batch(tb, mb, ga, n)
+        assert got.refusal == refusal, (tb, mb, ga, n)
+        if refusal is None or not refusal.startswith("Either"):
+            assert (got.train_batch_size, got.micro_batch, got.grad_accum) == (
+                ns.train_batch_size, ns.train_micro_batch_size_per_gpu, ns.gradient_accumulation_steps), (tb, mb, ga, n)
+
+
+@pytest.mark.parametrize("cfg,world", [
+    # LLaMA-Factory / DeepSpeed-examples style: the global batch and accumulation, no micro batch
+    ({"train_batch_size": 64, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+      "zero_optimization": {"stage": 2, "overlap_comm": True}}, 8),
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3}}, 16),
+    ({"train_batch_size": 16, "zero_optimization": {"stage": 2}}, 8),  # accumulation 1, micro 16 // 8 = 2
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}, 4),
+])
+def test_valid_batch_configs_are_accepted_as_deepspeed_accepts_them(cfg, world):
+    """Issue 31, class 1: DeepSpeed derives the missing key and accepts these (checked with its own code);
+    the linter must not call them refused, whatever plan defaults stand beside them."""
+    assert _deepspeed_reference(cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu"),
+                                cfg.get("gradient_accumulation_steps"), world)[1] is None
+    for plan in (None, Plan(num_gpus=world, micro_batch=1, grad_accum=1)):
+        report = lint(cfg, world_size=world, mode="deepspeed", plan=plan, stated=set())
+        assert not report.errors, str(report)
+
+
+def test_cli_deepspeed_mode_derives_the_micro_batch(tmp_path, capsys):
+    """--seq-len/--model make a plan with the default micro batch 1; a config with train_batch_size 128 and
+    accumulation 4 on 8 GPUs is micro batch 4 to DeepSpeed (128 // 8 // 4), not a refusal."""
+    cfg = _write(tmp_path, json.dumps({"train_batch_size": 128, "gradient_accumulation_steps": 4,
+                                       "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    code = cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "8", "--seq-len", "2048"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "refuses" not in out and "the plan has 1" not in out
+    assert "train_batch_size 128 // world size 8 // gradient_accumulation_steps 4 = 4" in out
+    assert "(here 4 per GPU)" in out  # the memory note speaks of DeepSpeed's micro batch too
+    # a typed micro batch that differs from DeepSpeed's is named, with the numbers for it
+    assert cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "8", "--micro-batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "--micro-batch is 2" in out and "train_batch_size to 64" in out
+
+
+@pytest.mark.parametrize("cfg,world,path,quote", [
+    # floor division: micro 100 // 8 = 12, and 12 × 1 × 8 = 96
+    ({"train_batch_size": 100}, 8, "train_batch_size", "100 != 12 * 1 * 8"),
+    # accumulation 48 // 4 // 8 = 1, and 4 × 1 × 8 = 32
+    ({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4}, 8, "train_batch_size", "48 != 4 * 1 * 8"),
+    # accumulation 16 // 4 // 8 = 0
+    ({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4}, 8, "train_batch_size",
+     "Gradient accumulation steps: 0 has to be greater than 0"),
+    ({"gradient_accumulation_steps": 4}, 2, "train_micro_batch_size_per_gpu",
+     "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"),
+])
+def test_refused_batch_configs_quote_deepspeed(cfg, world, path, quote):
+    ref = _deepspeed_reference(cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu"),
+                               cfg.get("gradient_accumulation_steps"), world)[1]
+    assert ref is not None and quote in ref  # DeepSpeed itself refuses it with these words
+    f = _find(lint(cfg, world_size=world, mode="deepspeed"), path, "error")
+    assert quote in f.message and "_set_batch_related_parameters" in f.message
+    for key in cfg:  # the fix speaks of the keys the user wrote
+        assert key in f.fix or key in f.message
+
+
+def test_refused_batch_fix_is_accepted_by_deepspeed():
+    """The fix's numbers are a config DeepSpeed accepts: train_batch_size 48 with micro 4 on 8 GPUs -> 32."""
+    f = _find(lint({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4}, world_size=8), "train_batch_size")
+    import re
+    fixed = int(re.search(r"set train_batch_size to (\d+)", f.fix).group(1))
+    assert fixed == 32 and _deepspeed_reference(fixed, 4, None, 8)[1] is None
 
 
 # ---------------------------------------------------------------- rule 3: "auto"
@@ -184,7 +286,9 @@ def test_fp16_on_bf16_gpu_warns_with_bf16_block():
     cfg = dict(MB1, fp16={"enabled": True})
     f = _find(lint(cfg, world_size=1, gpu="NVIDIA GeForce RTX 4090"), "fp16", "warning")
     assert '"bf16": {"enabled": true}' in f.fix
-    assert not lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")
+    # a V100 has no bf16: no bf16 advice, only what dynamic loss scaling does (rule 5, issue 31 class 5)
+    assert [f.path for f in lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")] == ["fp16"]
+    assert "bf16" not in lint(cfg, world_size=1, gpu="Tesla V100-SXM2-32GB")[0].fix
     assert gpu_compute_capability("NVIDIA GeForce RTX 4090") == (8, 9)
     assert gpu_compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
     assert gpu_compute_capability("Tesla T4") == (7, 5)
@@ -268,6 +372,81 @@ def test_section_of_wrong_type():
     _find(report, "zero_optimization.offload_optimizer", "error")
 
 
+# ---------------------------------------------------------------- rule 5: fp16 loss scaling without bf16
+
+def _deepspeed_overflows_to_exit(monkeypatch, fp16_block):
+    """Overflowing steps until DeepSpeed's own DynamicLossScaler raises, built from the config as the engine builds
+    it (DeepSpeedFP16Config.dynamic_loss_scale_args); only its rank-0 logging test is replaced (no process group)."""
+    from types import SimpleNamespace
+
+    from deepspeed.runtime.fp16 import loss_scaler
+    from deepspeed.runtime.precision_config import DeepSpeedFP16Config
+    monkeypatch.setattr(loss_scaler, "dist", SimpleNamespace(get_rank=lambda: 0))
+    scaler = loss_scaler.DynamicLossScaler(**DeepSpeedFP16Config(**fp16_block).dynamic_loss_scale_args())
+    for step in range(1, 200):
+        try:
+            scaler.update_scale(True)
+        except Exception as exc:  # noqa: BLE001 - DeepSpeed raises a bare Exception
+            assert str(exc) == "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+            return step
+    return None
+
+
+@pytest.mark.parametrize("block", [
+    {"enabled": True},  # DeepSpeed's defaults: 2^16, hysteresis 2, floor 1
+    {"enabled": True, "loss_scale": 0, "loss_scale_window": 100},  # the articles' block
+    {"enabled": True, "initial_scale_power": 12, "hysteresis": 4, "min_loss_scale": 1},
+    {"enabled": True, "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 128},
+    {"enabled": True, "initial_scale_power": 0, "hysteresis": 2},
+])
+def test_overflows_to_exit_is_deepspeeds(monkeypatch, block):
+    from cookbook.lint import loss_scaling
+    assert loss_scaling(block)["overflows_to_exit"] == _deepspeed_overflows_to_exit(monkeypatch, block)
+
+
+@pytest.mark.parametrize("gpu", ["Tesla V100-SXM2-32GB", "Tesla T4", "NVIDIA GeForce RTX 2080 Ti"])
+def test_fp16_without_bf16_warns_of_the_loss_scale_exit(gpu):
+    """Issue 31, class 5: a LLaMA-Factory-style ZeRO-2 fp16 config on a card without bf16."""
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, "gradient_clipping": 1.0,
+           "fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                    "hysteresis": 2, "min_loss_scale": 1},
+           "zero_optimization": {"stage": 2, "overlap_comm": True}}
+    f = _find(lint(cfg, world_size=2, gpu=gpu), "fp16", "warning")
+    assert "cannot decrease scale anymore" in f.message and "loss_scaler.py" in f.message
+    assert "after 18 overflowing steps" in f.message  # 1 hysteresis step, 16 halvings 2^16 -> 1, 1 at the floor
+    for fix in ("warm the lr up", "lower the lr", "initial_scale_power 12", "hysteresis 4", "loss_scale_window 500",
+                "min_loss_scale", "fp32"):
+        assert fix in f.fix
+    assert "gradient_clipping" not in f.fix  # the config clips already
+    assert not lint(cfg, world_size=2, gpu=gpu).errors
+
+
+def test_fp16_loss_scale_warning_only_without_bf16():
+    cfg = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}
+    on_a100 = [f for f in lint(cfg, world_size=1, gpu="A100") if "cannot decrease" in f.message]
+    assert on_a100 == [] and _find(lint(cfg, world_size=1, gpu="A100"), "fp16", "warning")  # the bf16 advice instead
+    bf16 = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}
+    assert not [f for f in lint(bf16, world_size=1, gpu="RTX 4090") if "loss scale" in f.message]
+    # "auto" filled from --precision fp16 by the HF Trainer on a T4 warns too, and names where it came from
+    auto = {"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": "auto"}}
+    f = _find(lint(auto, world_size=1, gpu="T4", mode="trainer", precision="fp16"), "fp16", "warning")
+    assert "--precision fp16" in f.message and "cannot decrease" in f.message and "gradient_clipping" in f.fix
+
+
+def test_fp16_static_loss_scale_on_v100():
+    f = _find(lint({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True, "loss_scale": 1024}},
+                   world_size=1, gpu="V100"), "fp16", "warning")
+    assert "static" in f.message and '"loss_scale": 0' in f.fix
+
+
+def test_cli_fp16_on_v100(tmp_path, capsys):
+    cfg = _write(tmp_path, json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                                       "fp16": {"enabled": True}, "zero_optimization": {"stage": 3}}))
+    assert cli.main(["lint", str(cfg), "--mode", "deepspeed", "--world-size", "4", "--gpu", "V100"]) == 0
+    out = capsys.readouterr().out
+    assert "Current loss scale already at minimum" in out and "V100 (compute capability 7.0" in out
+
+
 # ---------------------------------------------------------------- quiet on the generated presets
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -277,7 +456,11 @@ def test_generated_presets_are_clean(preset, target):
         plan = preset_plan(preset, model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16,
                            nvme_path="/local_nvme", precision=precision, host_memory_gib=1024)
         report = lint(build_config(plan, target), mode=target, gpu=gpu, model="qwen-14b", plan=plan)
-        assert list(report) == [], str(report)
+        # fp16 on a V100 (no bf16): the one finding is what dynamic loss scaling does when a run diverges
+        # (the trainer target writes fp16.enabled "auto": the Trainer fills it, so no precision to warn about here)
+        expected = [("warning", "fp16")] if precision == "fp16" and target != "trainer" else []
+        assert [(f.severity, f.path) for f in report] == expected, str(report)
+        assert all("cannot decrease scale anymore" in f.message for f in report)
 
 
 # ---------------------------------------------------------------- the articles' configs
@@ -285,7 +468,8 @@ def test_generated_presets_are_clean(preset, target):
 def test_seed_000_qwen14b_offload():
     report = lint(SEEDS / "000_qwen14b_zero3_offload.json", world_size=8, gpu="RTX 4090", model="qwen-14b")
     tb = _find(report, "train_batch_size", "error")
-    assert "16 // (16 × 8) = 0" in tb.message and "train_batch_size to 128" in tb.fix
+    assert "train_batch_size 16 // world size 8 // gradient_accumulation_steps 16 = 0" in tb.message
+    assert "'Micro batch size per gpu: 0 has to be greater than 0'" in tb.message and "train_batch_size to 128" in tb.fix
     _find(report, "fp16", "warning")
     _find(report, "zero_optimization.stage3_gather_16bit_weights_on_model_save", "warning")
     assert report.exit_code == 1 and len(report.errors) == 1
@@ -293,7 +477,7 @@ def test_seed_000_qwen14b_offload():
     plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=1, grad_accum=16, zero_stage=3,
                 offload_optimizer="cpu", offload_param="cpu", host_memory_gib=256)
     report = lint(SEEDS / "000_qwen14b_zero3_offload.json", plan=plan)
-    assert "= 128" in _find(report, "train_batch_size", "error").message
+    assert "train_batch_size to 128" in _find(report, "train_batch_size", "error").fix
     assert "pin_memory" in _find(report, "zero_optimization", "warning").message
 
 
@@ -310,7 +494,8 @@ def test_seed_001_llama_config():
     tb = _find(report, "train_batch_size", "error")
     assert "train_batch_size to 8" in tb.fix  # micro 1 × accumulation 8 × 1 GPU
     plan = Plan(model="llama-7b", num_gpus=1, micro_batch=2, grad_accum=8)
-    assert "= 16" in _find(lint(SEEDS / "001_llama7b_ds_config.json", plan=plan), "train_batch_size").message
+    assert "train_batch_size to 16" in _find(lint(SEEDS / "001_llama7b_ds_config.json", plan=plan),
+                                             "train_batch_size").fix
     _find(report, "activation_checkpointing", "warning")
     _find(report, "fp16", "warning")
     _find(report, "zero_optimization.offload_optimizer.buffer_count", "warning")
@@ -332,11 +517,17 @@ def test_seed_001_nvme_block():
 
 
 def test_seed_002_zero2():
+    # train_batch_size 32 and accumulation 1 on 8 GPUs: DeepSpeed derives micro batch 4 and accepts the config;
+    # the run's micro batch 16 differs, so the fix is train_batch_size 16 × 1 × 8 = 128
     plan = Plan(model="qwen-14b", num_gpus=8, micro_batch=16, grad_accum=1)
     report = lint(SEEDS / "002_qwen14b_zero2.json", plan=plan, gpu="RTX 4090")
-    f = _find(report, "train_batch_size", "error")
-    assert "micro batch 16" in f.message and "= 128" in f.message and "128" in f.fix
+    assert not report.errors
+    f = _find(report, "train_micro_batch_size_per_gpu", "warning")
+    assert "train_batch_size 32 // world size 8 // gradient_accumulation_steps 1 = 4" in f.message
+    assert "128" in f.fix
     _find(report, "fp16", "warning")
+    tb = _find(lint(SEEDS / "002_qwen14b_zero2.json", plan=plan, mode="trainer"), "train_batch_size", "error")
+    assert "16 × gradient_accumulation_steps 1 = 128" in tb.message
 
 
 def test_seed_002_zero3_autos():
@@ -672,7 +863,7 @@ def test_trainer_mode_reads_precision_for_auto_fp16():
     assert fp16_warnings(precision="bf16") == [] and fp16_warnings() == []
     # a card without bf16 (T4, 7.5): no bf16 advice
     t4 = [f for f in lint(cfg, world_size=2, mode="trainer", gpu="T4", precision="fp16") if f.path == "fp16"]
-    assert t4 == []
+    assert len(t4) == 1 and "bf16" not in t4[0].fix and "cannot decrease scale anymore" in t4[0].message  # class 5
 
 
 def test_lint_without_model_says_memory_was_not_checked(tmp_path):
