@@ -147,8 +147,13 @@ def test_config_cli_says_the_lever_is_not_in_the_json(capsys, tmp_path):
     assert cli.main(["config", "zero2-offload-liger", "--gpus", "1", "--micro-batch", "32", "--grad-accum", "1",
                      "--model", LLAMA3B, "--bf16-states", "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "WITHOUT it" in err
-    assert f"cookbook launch --config {out} --liger" in err and "--micro-batch 32" in err and "--bf16-states" in err
+    assert "WITHOUT them" in err
+    assert f"cookbook launch --config {out} --liger --attention flex" in err and "--micro-batch 32" in err
+    assert "--bf16-states" in err
+    # the measured line is the evidence record's, with its same-call baseline
+    from cookbook import evidence
+    r = evidence.get("recipe.flex_liger_micro32")
+    assert f"{r.value:,.0f} tokens/s, {r.ratio:.2f}x" in err and r.key in err
     assert json.loads(out.read_text())["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
 
 
