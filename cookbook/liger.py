@@ -8,12 +8,11 @@ computed chunk by chunk from the last hidden states and ``lm_head.weight``
 (``liger_kernel/ops/fused_linear_cross_entropy.py``) and the ``[micro batch, seq, vocab]`` logits are never
 stored. Only this kernel: the other Liger kernels (RoPE, RMSNorm, SwiGLU) are off, as in the measurement.
 
-Measured (``data/reference/h200_levers_2026-12-02c.json``, ``docs/benchmarks.md`` §14): the cookbook's recipe
-(3.4B LLaMA shape, ZeRO-2 + optimizer offload, fp32 states, one H200 capped at 24 GiB) ran 6,169 tokens/s at
-micro batch 16; with FLCE the freed memory fits micro batch 24, which ran 8,117 tokens/s (1.32×, same device
-call; micro batch 28 ran out of GPU memory). With bf16 states (2026-12-01, §10) micro batch 32 ran 10,841
-against 8,047 (1.35×) but sits at the 24 GiB edge (out of memory at start on 2026-12-02). Same
-forward+backward time at equal batch (1.05 vs 1.06 s at micro 16). The loss is the exact cross-entropy;
+Measured (:mod:`cookbook.evidence`, key ``recipe.flex_liger_micro32``; the narrative in ``docs/gpu/attention.md``):
+the cookbook's exact-Adam recipe (3.4B LLaMA shape, ZeRO-2 + optimizer offload, fp32 states, one GPU capped at 24 GiB,
+packed rows) with FLCE and flex attention fits micro batch 32 and runs 2.06× the sdpa recipe at micro batch 16 in
+the same device call. Same forward+backward
+time at equal batch (1.05 vs 1.06 s at micro 16). The loss is the exact cross-entropy;
 the numbers differ from the stock loss only by the order of the chunked reduction (fp32 inside the kernel).
 
 Where it does not apply (each refused before any rank starts, naming ``--liger``):
