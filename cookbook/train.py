@@ -57,12 +57,9 @@ class TrainInputError(ValueError):
     """Bad input to the training entry; the message names the option, the value and the fix."""
 
 
-#: ``--report-to`` choices: Accelerate trackers the cookbook wires up (``accelerate.tracking``).
-REPORT_TO = ("none", "tensorboard")
-#: ``--save-16bit`` choices: gather the 16-bit model at every checkpoint, or only at the final save.
-SAVE_16BIT = ("every", "final")
-#: The default ``--warmup-ratio``: 5% of the steps.
-DEFAULT_WARMUP_RATIO = 0.05
+# the choices and defaults of the run options live in cookbook.options (one place for flags, run files, launch())
+from .options import DEFAULT_WARMUP_RATIO, REPORT_TO, SAVE_16BIT, VERIFY_SAVE  # noqa: E402,F401
+from .options import default as _default  # noqa: E402
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,19 +68,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-qwen2",
                    help="local folder with config.json and weights, a hub id in your Hugging Face cache, or a "
                         "shipped architecture name (random weights: qwen-14b, llama-7b, ...; tiny-qwen2 for rehearsals)")
-    p.add_argument("--tokenizer", default=None,
+    p.add_argument("--tokenizer", default=_default("tokenizer"),
                    help="tokenizer folder; 'shipped' for the shipped 2,048-token tokenizer on purpose (default: the "
                         "model folder's own; shipped architectures use the shipped one)")
     p.add_argument("--random-weights", action="store_true",
                    help="train a model that has no weights (a shipped architecture, a config-only folder) from random "
                         "initialisation on a GPU box, on purpose: memory and speed are real, the result is not")
-    p.add_argument("--dataset", default=None,
+    p.add_argument("--dataset", default=_default("dataset"),
                    help="JSONL/JSON/parquet/csv file, a datasets folder, or a datasets hub id already in the local cache; "
                         "formats: Alpaca, chat messages, ShareGPT, prompt/completion, text (default: shipped chats)")
-    p.add_argument("--dataset-split", default=None, help="split of a hub id or DatasetDict folder (default: train)")
-    p.add_argument("--dataset-fields", default=None,
+    p.add_argument("--dataset-split", default=_default("dataset_split"), help="split of a hub id or DatasetDict folder (default: train)")
+    p.add_argument("--dataset-fields", default=_default("dataset_fields"),
                    help="your field names, standard=yours, e.g. messages=dialog,role=speaker,content=text,assistant=bot")
-    p.add_argument("--chat-template", default=None,
+    p.add_argument("--chat-template", default=_default("chat_template"),
                    help="Jinja chat template file for chat data (default: the tokenizer's own)")
     pk = p.add_mutually_exclusive_group()
     pk.add_argument("--packing", dest="packing", action="store_true", default=None,
@@ -92,7 +89,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     pk.add_argument("--no-packing", dest="packing", action="store_false",
                     help="one example per row, padded to the longest row of its micro batch")
     from .attention import CHOICES as ATTENTION_CHOICES
-    p.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default=_default("attention"),
                    help="attention implementation (transformers' attn_implementation; default auto): auto takes "
                         "flash-attn when installed, else flex for packed rows on a GPU, else sdpa; the console's "
                         "[attention] line says which and why. eager: transformers' plain PyTorch attention")
@@ -104,25 +101,25 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--seq-len", type=int, default=128,
                    help="tokens per row: packed rows hold exactly this many; without packing, examples are cut to it")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=float, default=_default("lr"),
                    help="peak learning rate (AdamW). Required for real models: full fine-tunes of 7B-14B use "
                         "1e-5 - 2e-5. Default only for the shipped tiny models: 3e-3")
-    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default="linear",
+    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default=_default("lr_scheduler"),
                    help="after warm-up: linear decay to 0, cosine to 0, or constant (DeepSpeed WarmupDecayLR / "
                         "WarmupCosineLR / WarmupLR)")
-    p.add_argument("--warmup-ratio", type=float, default=DEFAULT_WARMUP_RATIO,
+    p.add_argument("--warmup-ratio", type=float, default=_default("warmup_ratio"),
                    help="linear warm-up over ceil(ratio x steps) steps (default 0.05)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps; wins over --warmup-ratio")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
-    p.add_argument("--max-steps", type=int, default=None,
+    p.add_argument("--warmup-steps", type=int, default=_default("warmup_steps"), help="warm-up steps; wins over --warmup-ratio")
+    p.add_argument("--weight-decay", type=float, default=_default("weight_decay"), help="AdamW weight decay")
+    p.add_argument("--max-steps", type=int, default=_default("max_steps"),
                    help="optimizer steps to run; wins over --num-epochs (default for the tiny models: 40)")
-    p.add_argument("--num-epochs", type=float, default=None,
+    p.add_argument("--num-epochs", type=float, default=_default("num_epochs"),
                    help="passes over the training examples; steps = ceil(epochs x ceil(ceil(examples / (micro batch "
                         "x ranks)) / grad accum)), as the HF Trainer counts them")
-    p.add_argument("--eval-fraction", type=float, default=0.0,
+    p.add_argument("--eval-fraction", type=float, default=_default("eval_fraction"),
                    help="hold out this fraction of the dataset (seeded) for eval loss (e.g. 0.05)")
-    p.add_argument("--eval-dataset", default=None, help="a separate JSONL / datasets folder for eval loss")
-    p.add_argument("--eval-steps", type=int, default=None,
+    p.add_argument("--eval-dataset", default=_default("eval_dataset"), help="a separate JSONL / datasets folder for eval loss")
+    p.add_argument("--eval-steps", type=int, default=_default("eval_steps"),
                    help="eval loss every N steps (and at the last step); default: at the last step only; 0: the same "
                         "(clears a run file's eval-steps; with --eval-fraction 0 and no --eval-dataset: no eval at all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
@@ -140,21 +137,21 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "and `pip install liger-kernel` needed; not ZeRO-3): the full logits are never stored, and "
                         "the memory freed buys a larger --micro-batch (3.4B recipe on 24 GiB: micro 24 instead of 16, 1.32x tokens/s)")
     p.add_argument("--output-dir", default="runs/train", help="run folder: metrics, summary, checkpoints, model")
-    p.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
-    p.add_argument("--save-total-limit", type=int, default=None,
+    p.add_argument("--save-steps", type=int, default=_default("save_steps"), help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--save-total-limit", type=int, default=_default("save_total_limit"),
                    help="keep only the newest N complete checkpoints (older ones are deleted after each save)")
-    p.add_argument("--save-16bit", choices=SAVE_16BIT, default="every",
+    p.add_argument("--save-16bit", choices=SAVE_16BIT, default=_default("save_16bit"),
                    help="gather the 16-bit model into every checkpoint, or only into the final one (intermediate "
                         "checkpoints then hold only the DeepSpeed state for --resume; ~28 GB less per save for 14B)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --output-dir")
-    p.add_argument("--seed", type=int, default=1234, help="seed for weights, data order and the eval split")
-    p.add_argument("--verify-save", choices=("full", "shapes", "off"), default="full",
+    p.add_argument("--seed", type=int, default=_default("seed"), help="seed for weights, data order and the eval split")
+    p.add_argument("--verify-save", choices=VERIFY_SAVE, default=_default("verify_save"),
                    help="after saving: reload and compare logits (full), check shapes only, or skip")
     p.add_argument("--no-final-save", dest="final_save", action="store_false", help="do not save the model at the end")
-    p.add_argument("--report-to", choices=REPORT_TO, default="none",
+    p.add_argument("--report-to", choices=REPORT_TO, default=_default("report_to"),
                    help="also log metrics through Accelerate's tracker (tensorboard: OUTPUT_DIR/tensorboard; needs "
                         "`pip install tensorboard`)")
-    p.add_argument("--emulate-gpu-memory-gib", type=float, default=None,
+    p.add_argument("--emulate-gpu-memory-gib", type=float, default=_default("emulate_gpu_memory_gib"),
                    help="cap each rank's GPU memory to emulate a smaller card (e.g. 24 on an H200)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code (off unless asked)")
     p.add_argument("--stop-after-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: simulate a stop
@@ -180,13 +177,13 @@ def add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> No
                    help="world size: ranks over all machines (default: this machine's GPUs × --num-machines; "
                         "2 CPU processes in a rehearsal)")
     p.add_argument("--num-machines", type=int, default=1, help="machines (each runs num_processes/num_machines ranks)")
-    p.add_argument("--main-process-ip", default="127.0.0.1", help="address of machine 0")
-    p.add_argument("--main-process-port", type=int, default=None, help="port on machine 0 (default: a free one)")
+    p.add_argument("--main-process-ip", default=_default("main_process_ip"), help="address of machine 0")
+    p.add_argument("--main-process-port", type=int, default=_default("main_process_port"), help="port on machine 0 (default: a free one)")
     p.add_argument("--gpu-memory-gib", type=float, default=24.0, help="GPU memory for the pre-launch estimate")
     p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM for the estimate (default: this machine's)")
     p.add_argument("--force", action="store_true", help="launch even when the estimate says it will not fit")
-    p.add_argument("--hang-timeout", type=float, default=900.0, help="seconds without progress before the watchdog stops the run")
-    p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
+    p.add_argument("--hang-timeout", type=float, default=_default("hang_timeout"), help="seconds without progress before the watchdog stops the run")
+    p.add_argument("--startup-timeout", type=float, default=_default("startup_timeout"), help="the same before the first output (default: max(hang timeout, 600))")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check everything, write the run folder and print the command only")
