@@ -338,7 +338,9 @@ def build_datasets(args, tok) -> tuple:
 
     Facts: ``records``, ``examples``, ``rows``, ``truncated`` (cut to ``--seq-len``), ``format``,
     ``format_description``, ``longer_than_seq_len``, ``eval_examples``, ``eval_truncated``,
-    ``eval_source``, and ``data_report`` (the format and the rows, for the console).
+    ``eval_source``, ``dataset_source`` (``--dataset PATH`` or the shipped chats' file), ``loss_on`` (which tokens
+    carry the loss, :data:`LOSS_ON`), ``loss_tokens`` and ``tokens`` (:func:`loss_tokens`), and ``data_report``
+    (the format and the rows, for the console).
 
     Raises:
         DataError: the data loader's errors; TrainInputError: an eval split that leaves nothing.
@@ -362,7 +364,10 @@ def build_datasets(args, tok) -> tuple:
     rows = make_rows(data, args.seq_len, packing=getattr(args, "packing", None) is not False, seed=args.seed,
                      pad_id=tok.pad_token_id)
     eval_data = tokenize(eval_records, tok, args.seq_len) if eval_records is not None else None
+    trained, tokens = loss_tokens(rows)
     facts = {"records": len(records), "examples": len(data), "rows": len(rows), "truncated": rows.cut,
+             "dataset_source": (f"--dataset {args.dataset}" if args.dataset else f"the shipped chats ({records.source})"),
+             "loss_on": LOSS_ON.get(records.format, "the labelled tokens"), "loss_tokens": trained, "tokens": tokens,
              "format": records.format, "format_description": records.describe(),
              "longer_than_seq_len": data.num_longer,
              "data_report": f"{records.describe()}; {rows.describe()}",
@@ -370,6 +375,24 @@ def build_datasets(args, tok) -> tuple:
              "eval_truncated": eval_data.num_truncated if eval_data is not None else None,
              "eval_source": eval_source}
     return data, rows, eval_data, facts
+
+
+#: Which tokens carry the loss in each record format (:mod:`cookbook.data`'s table; labels elsewhere are -100).
+LOSS_ON = {"messages": "assistant tokens only", "sharegpt": "assistant (gpt) tokens only",
+           "alpaca": "response tokens only (output and end-of-sequence)",
+           "prompt_completion": "completion tokens only (and end-of-sequence)", "text": "every token"}
+
+
+def loss_tokens(rows) -> tuple[int, int]:
+    """(tokens that carry the loss, real tokens) over the training rows, once each (one epoch).
+
+    A token carries the loss where its label is not -100 (:data:`cookbook.data.IGNORE_INDEX`), from the second
+    position of a row on: transformers' causal-LM loss (``ForCausalLMLoss``, loss/loss_utils.py) shifts the labels
+    by one, so a row's first label is never predicted. Real tokens are the tokens that are not padding
+    (``Rows.real_tokens``)."""
+    from .data import IGNORE_INDEX
+    trained = sum(sum(1 for t in y[1:] if t != IGNORE_INDEX) for y in rows.labels)
+    return trained, sum(rows.real_tokens)
 
 
 def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
@@ -519,6 +542,9 @@ def describe_inputs(facts: dict) -> list[str]:
              f"[tokenizer] {facts['tokenizer_source']}; the model's embedding has {facts['model_vocab']:,} rows"]
     data = (f"[data] {facts['examples']:,} training examples"
             + (f" of {facts['records']:,} records" if facts.get("records") not in (None, facts["examples"]) else "")
+            + (f" from {facts['dataset_source']}" if facts.get("dataset_source") else "")
+            + (f"; the loss is on {facts['loss_on']}: {facts['loss_tokens']:,} of {facts['tokens']:,} tokens "
+               f"({100 * facts['loss_tokens'] / facts['tokens']:.1f}%)" if facts.get("tokens") else "")
             + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} cut to it (packing off)"
                if facts.get("truncated") else ""))
     lines.append(data)
