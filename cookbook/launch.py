@@ -1312,42 +1312,109 @@ def _ended_message(run_dir: Path, ended_by: str) -> str:
     return f"{how} {where}; {resume_hint(run_dir)}"
 
 
+class _Progress:
+    """Rank 0's steps shown live: on a terminal one tqdm line redrawn in place (steps, loss, tokens/s); elsewhere —
+    a notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every redraw
+    would stay in the output, so a plain line every tenth of the run (at most ~11 lines). Nothing when off."""
+
+    def __init__(self, progress: bool, max_steps: int):
+        from .hardware import terminal_progress
+        self.bar, self.every, self.max_steps = None, None, max_steps
+        if progress and terminal_progress(sys.stderr):
+            from tqdm.std import tqdm
+            self.bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
+        elif progress:
+            self.every = max(1, math.ceil(max_steps / 10))
+            print(f"training: {max_steps} steps; a line every {self.every} step(s) (not a terminal: no live bar)",
+                  file=sys.stderr, flush=True)
+
+    def show(self, line: str) -> None:
+        """Show one ``COOKBOOK_STEP {json}`` line of rank 0."""
+        if self.bar is None and not self.every:
+            return
+        row = json.loads(line[len(STEP_PREFIX):])
+        post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+        if row.get("eval_loss") is not None:
+            post["eval_loss"] = f"{row['eval_loss']:.3f}"
+        if self.bar is not None:
+            self.bar.n = row["step"]
+            self.bar.set_postfix(**post)
+            self.bar.refresh()
+        elif row["step"] % self.every == 0 or row["step"] == self.max_steps:
+            print(f"training: step {row['step']}/{self.max_steps}, " + ", ".join(f"{k} {v}" for k, v in post.items()),
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Rank0Log:
+    """The lines rank 0 has added to its log since the last read (a partial last line waits for its end)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.buffer = path, 0, ""
+
+    def new_lines(self) -> list[str] | None:
+        """The complete new lines, or None when the log has not grown (no activity)."""
+        if not self.path.is_file():
+            return None
+        size = self.path.stat().st_size
+        if size <= self.offset:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(size - self.offset).decode("utf-8", "replace")
+        self.offset = size
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        return lines
+
+
+def _building_ops_activity(env: dict, limit: float) -> float | None:
+    """Seconds since the latest write into a DeepSpeed op's build folder when that is within ``limit``, else None:
+    a cold async_io or CPU Adam build on a loaded machine takes longer than the startup limit, and is progress
+    (:func:`cookbook.procs.building_ops`)."""
+    from .procs import building_ops
+    ext = env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
+    writes = [b["last_write_s"] for b in building_ops(ext)]
+    return min(writes) if writes and min(writes) < limit else None
+
+
+def _start_launchers(commands, env, launcher_log, lock, procs: list) -> None:
+    """Start each launcher in its own process group with this interpreter (the displayed command says
+    ``accelerate launch``, the same entry point), appending it to ``procs`` as it starts (a later one failing to
+    start leaves the earlier ones to be stopped); register them with ``lock`` (``cookbook status`` and ``stop``)."""
+    from .procs import child_command, register_live
+    commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
+                else c for c in commands]
+    for c in commands:
+        procs.append(subprocess.Popen(child_command(c), env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+    if lock is not None:
+        register_live(lock.run_id, procs)
+        # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
+        lock.update(launcher_pids=[p.pid for p in procs],
+                    torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
+
+
 def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress: bool,
                    max_steps: int, startup_timeout_s: float, lock=None) -> tuple[int | None, bool, str | None]:
     """Run the launcher(s) in new process groups, each dying with this thread (parent-death signal,
-    :mod:`cookbook.procs`); stream rank 0's steps; keep ``lock``'s heartbeat; stop everything on a
-    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
+    :mod:`cookbook.procs`); stream rank 0's steps (:class:`_Progress`); keep ``lock``'s heartbeat; stop everything
+    on a hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
 
-    ``progress`` on a terminal: one tqdm line redrawn in place (steps, loss, tokens/s). Elsewhere — a
-    notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every
-    redraw would stay in the output, so a plain line is printed every tenth of the run instead (at most
-    ~11 lines)."""
-    from .hardware import terminal_progress
-    from .procs import child_command, kill_run, register_live, unregister_live
-    bar, every = None, None
-    if progress and terminal_progress(sys.stderr):
-        from tqdm.std import tqdm
-        bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
-    elif progress:
-        every = max(1, math.ceil(max_steps / 10))
-        print(f"training: {max_steps} steps; a line every {every} step(s) (not a terminal: no live bar)",
-              file=sys.stderr, flush=True)
+    Before the first step, initialisation (model build, JIT op builds, process groups) may take minutes in
+    silence: the limit is ``startup_timeout_s``, and a DeepSpeed op still compiling counts as activity; after
+    it, rank 0 silent for ``hang_timeout_s`` is a hang."""
+    from .procs import kill_run, unregister_live
+    shown = _Progress(progress, max_steps)
     launcher_log = open(log_dir / "launcher.log", "ab")
-    # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
-    commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
-                else c for c in commands]
-    rank0 = log_dir / "rank0.log"
-    offset, last_activity, hung, buffer, stepped, ended_by = 0, time.time(), False, "", False, None
+    rank0 = _Rank0Log(log_dir / "rank0.log")
+    last_activity, hung, stepped, ended_by = time.time(), False, False, None
     procs = []
     try:
-        for c in commands:
-            procs.append(subprocess.Popen(child_command(c), env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
-        if lock is not None:
-            register_live(lock.run_id, procs)
-            # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
-            lock.update(launcher_pids=[p.pid for p in procs],
-                        torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
+        _start_launchers(commands, env, launcher_log, lock, procs)
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
             if lock is not None:
@@ -1356,42 +1423,18 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                     ended_by = "stopped"
                     _stop(procs)
                     break
-            if rank0.is_file():
-                size = rank0.stat().st_size
-                if size > offset:
-                    with open(rank0, "rb") as f:
-                        f.seek(offset)
-                        chunk = f.read(size - offset).decode("utf-8", "replace")
-                    offset = size
-                    last_activity = time.time()
-                    buffer += chunk
-                    *lines, buffer = buffer.split("\n")
-                    for line in lines:
-                        if line.startswith(STEP_PREFIX):
-                            stepped = True
-                        if line.startswith(STEP_PREFIX) and (bar is not None or every):
-                            row = json.loads(line[len(STEP_PREFIX):])
-                            post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-                            if row.get("eval_loss") is not None:
-                                post["eval_loss"] = f"{row['eval_loss']:.3f}"
-                            if bar is not None:
-                                bar.n = row["step"]
-                                bar.set_postfix(**post)
-                                bar.refresh()
-                            elif row["step"] % every == 0 or row["step"] == max_steps:
-                                print(f"training: step {row['step']}/{max_steps}, "
-                                      + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr, flush=True)
-            # before the first step, initialisation (model build, JIT op builds, process groups) may
-            # take minutes in silence; after it, a silent rank 0 means a hang
+            lines = rank0.new_lines()
+            if lines is not None:
+                last_activity = time.time()
+            for line in lines or ():
+                if line.startswith(STEP_PREFIX):
+                    stepped = True
+                    shown.show(line)
             limit = hang_timeout_s if stepped else startup_timeout_s
             if time.time() - last_activity > limit and not stepped:
-                # a DeepSpeed op still compiling (its build folder written to within the limit) is progress
-                # too: a cold async_io or CPU Adam build on a loaded machine takes longer than the limit
-                from .procs import building_ops
-                ext = env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
-                writes = [b["last_write_s"] for b in building_ops(ext)]
-                if writes and min(writes) < limit:
-                    last_activity = max(last_activity, time.time() - min(writes))
+                building = _building_ops_activity(env, limit)
+                if building is not None:
+                    last_activity = max(last_activity, time.time() - building)
             if time.time() - last_activity > limit:
                 hung = {"limit_s": limit, "phase": "steps" if stepped else "startup"}
                 _stop(procs)
@@ -1404,8 +1447,7 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
         ended_by = "interrupted"
         _stop(procs)
     finally:
-        if bar is not None:
-            bar.close()
+        shown.close()
         launcher_log.close()
         if lock is not None:  # the sweep: nothing of this run outlives it
             kill_run(lock.run_id)
@@ -1602,36 +1644,48 @@ def _cli_interruptible(args) -> int:
         return 130
 
 
-def _cli(args) -> int:
-    with_config = hasattr(args, "config")
-    if getattr(args, "run_file", None):
-        probe = argparse.ArgumentParser(prog=f"cookbook {args.command}" if getattr(args, "command", None) else "cookbook")
-        _add_launch_arguments(probe, with_config=with_config)
-        try:
-            from_file = load_run_file(args.run_file, probe)
-        except RunFileError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        argv = getattr(args, "_argv", None)
-        explicit = _explicit_dests(argv[1:], with_config) if argv is not None else set()
-        for dest, value in from_file.items():
-            if dest not in explicit:
-                setattr(args, dest, value)
-        # what the run file sets was chosen by the user, as much as a typed flag
-        args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
-        if "lr" in from_file and "lr" not in explicit:
-            args._lr_source = f"run file {args.run_file}"
-    on_gpu = on_gpu_machine()
+def _merge_run_file(args, with_config: bool) -> bool:
+    """Set the run file's options on ``args`` where the command line did not give them (typed flags win);
+    what the file sets counts as typed (``args._typed``). False (after printing the error) for a bad file."""
+    probe = argparse.ArgumentParser(prog=f"cookbook {args.command}" if getattr(args, "command", None) else "cookbook")
+    _add_launch_arguments(probe, with_config=with_config)
+    try:
+        from_file = load_run_file(args.run_file, probe)
+    except RunFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    argv = getattr(args, "_argv", None)
+    explicit = _explicit_dests(argv[1:], with_config) if argv is not None else set()
+    for dest, value in from_file.items():
+        if dest not in explicit:
+            setattr(args, dest, value)
+    # what the run file sets was chosen by the user, as much as a typed flag
+    args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
+    if "lr" in from_file and "lr" not in explicit:
+        args._lr_source = f"run file {args.run_file}"
+    return True
+
+
+def _default_world_size(args, on_gpu: bool) -> None:
+    """``--num-processes`` left out: this machine's GPUs on each machine, or 2 CPU ranks for a rehearsal (said on
+    the console; under ``--json`` on stderr, so stdout stays one JSON document)."""
+    from .hardware import default_num_processes, gpu_count
+    gpus = gpu_count() if on_gpu else 0
+    args.num_processes = default_num_processes(args.num_machines, gpus=gpus)
+    if not getattr(args, "quiet", False):
+        print(f"[plan] world size {args.num_processes} (default: "
+              + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
+                 if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)",
+              file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
+
+
+def _plan_from_args(args, on_gpu: bool) -> tuple[Plan, list[str]]:
+    """The :class:`Plan` of the flags, with the defaults chosen for precision and gradient checkpointing and the
+    console notes that say so (printed by the caller once the plan is known to be valid).
+
+    Raises:
+        PlanError: a plan field out of range."""
     rehearsal = is_rehearsal_model(args.model)
-    if args.num_processes is None:  # this machine's GPUs on each machine; 2 CPU ranks for a rehearsal
-        from .hardware import default_num_processes, gpu_count
-        gpus = gpu_count() if on_gpu else 0
-        args.num_processes = default_num_processes(args.num_machines, gpus=gpus)
-        if not getattr(args, "quiet", False):  # under --json on stderr: stdout stays one JSON document
-            print(f"[plan] world size {args.num_processes} (default: "
-                  + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
-                     if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)",
-                  file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
     gc = args.gradient_checkpointing
     if gc is None:
@@ -1647,33 +1701,17 @@ def _cli(args) -> int:
                 "the CPU rehearsal of a tiny model gains nothing from recomputation; --gradient-checkpointing to "
                 "turn it on" if not gc else f"a run of {args.model} {'on this GPU box' if on_gpu else 'is planned for GPUs'}: "
                 "~1/3 more compute, far less activation memory; --no-gradient-checkpointing to turn it off") + ")")
-    try:
-        plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
-                    host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
-                    grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
-                    offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
-                    gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
-                    liger=bool(getattr(args, "liger", False)))
-    except PlanError as exc:
-        print(f"error: {user_message(exc, args)}", file=sys.stderr)
-        return 2
-    from .models import ModelNotFoundError, resolve_model_path
-    try:  # a model that cannot be found is the error, before any note about its defaults (--json: the result says it)
-        if not args.json:
-            resolve_model_path(args.model)
-    except ModelNotFoundError as exc:
-        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
-        return 2
-    for line in notes:  # the defaults chosen, once the plan is known to be valid (not before its error)
-        print(line, flush=True)
-    # the options typed (a config value may override only a default) and the flags to name them by
-    stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
-    import contextlib
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        origin = Origin(stated=stated, names=getattr(args, "_names", None), run_file=getattr(args, "run_file", None),
-                        lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
-        res = launch(plan, args.output_dir, from_args(args), config=getattr(args, "config", None),
-                     dry_run=getattr(args, "dry_run", False), progress=args.progress, quiet=args.json, origin=origin)
+    plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
+                host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
+                grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
+                offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
+                gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
+                liger=bool(getattr(args, "liger", False)))
+    return plan, notes
+
+
+def _print_result(res: RunResult, args) -> int:
+    """The result on the console (or as one JSON document with ``--json``); the exit code."""
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143
@@ -1693,6 +1731,40 @@ def _cli(args) -> int:
         if res.log_paths:
             print("logs: " + ", ".join(f"{k}={v}" for k, v in res.log_paths.items()))
     return {"ok": 0, "dry_run": 0, "config_error": 2, "interrupted": 130, "stopped": 143}.get(res.status, 1)
+
+
+def _cli(args) -> int:
+    """``cookbook train`` / ``cookbook launch``: the run file merged under the flags, the plan and the run options
+    (:func:`cookbook.options.from_args`) built from them, :func:`launch`, the result printed."""
+    with_config = hasattr(args, "config")
+    if getattr(args, "run_file", None) and not _merge_run_file(args, with_config):
+        return 2
+    on_gpu = on_gpu_machine()
+    if args.num_processes is None:
+        _default_world_size(args, on_gpu)
+    try:
+        plan, notes = _plan_from_args(args, on_gpu)
+    except PlanError as exc:
+        print(f"error: {user_message(exc, args)}", file=sys.stderr)
+        return 2
+    from .models import ModelNotFoundError, resolve_model_path
+    try:  # a model that cannot be found is the error, before any note about its defaults (--json: the result says it)
+        if not args.json:
+            resolve_model_path(args.model)
+    except ModelNotFoundError as exc:
+        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+        return 2
+    for line in notes:  # the defaults chosen, once the plan is known to be valid (not before its error)
+        print(line, flush=True)
+    # the options typed (a config value may override only a default) and the flags to name them by
+    stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
+    origin = Origin(stated=stated, names=getattr(args, "_names", None), run_file=getattr(args, "run_file", None),
+                    lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
+    import contextlib
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        res = launch(plan, args.output_dir, from_args(args), config=getattr(args, "config", None),
+                     dry_run=getattr(args, "dry_run", False), progress=args.progress, quiet=args.json, origin=origin)
+    return _print_result(res, args)
 
 
 def register(subparsers) -> None:
