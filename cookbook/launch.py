@@ -33,6 +33,7 @@ still states ``mixed_precision`` at its top level, and the command passes ``--mi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -48,6 +49,8 @@ from pathlib import Path
 
 from .hardware import cpu_fp16_refusal, cpu_fp16_supported, default_precision, extensions_dir, free_port, on_gpu_machine
 from .models import is_rehearsal_model
+from .options import DEFAULT_WARMUP_RATIO, Origin, RunOptions, from_args, split_legacy
+from .options import default as option_default
 from .plan import DEST_FIELDS, Plan, PlanError, user_message
 from .train import add_launch_arguments as _add_launch_arguments
 from .train import (ERROR_PREFIX, STEP_PREFIX, TrainInputError, add_train_arguments, default_gradient_checkpointing,
@@ -748,93 +751,85 @@ def packed_with_mask(packing: bool | None, attention: str = "sdpa") -> bool:
 
 def stated_fields(plan: Plan, *, lr: float = 3e-3, max_steps: int = 40, warmup_steps: int | None = None) -> set[str]:
     """The plan fields and training options a Python caller of :func:`launch` evidently set: those that differ
-    from the defaults of :class:`Plan` and of :func:`launch`. (A value set equal to its default cannot be told
-    apart; pass ``launch(stated=...)`` to be exact.)"""
-    import inspect
+    from the defaults of :class:`Plan` and of :class:`cookbook.options.Schedule`. (A value set equal to its
+    default cannot be told apart; pass ``Origin(stated=...)`` to be exact.)"""
     base = Plan()
     out = {k for k, v in plan.to_dict().items() if v != getattr(base, k)}
-    defaults = inspect.signature(launch).parameters
     out |= {k for k, v in (("lr", lr), ("max_steps", max_steps), ("warmup_steps", warmup_steps))
-            if v != defaults[k].default}
+            if v != option_default(k)}
     return out
 
 
-def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os.PathLike | None = None,
-           max_steps: int | None = None, lr: float | None = None, warmup_steps: int | None = None,
-           save_steps: int = 0, resume: bool = False, dataset: str | None = None, tokenizer: str | None = None,
-           seed: int = 1234, bf16_states: bool = False, emulate_gpu_memory_gib: float | None = None,
-           verify_save: str = "full", final_save: bool = True, force: bool = False, dry_run: bool = False,
-           hang_timeout_s: float = 900.0, env: dict | None = None, progress: bool = True,
-           raise_on_error: bool = False, startup_timeout_s: float | None = None, extra_args: tuple = (),
-           main_process_ip: str = "127.0.0.1", main_process_port: int | None = None,
-           trust_remote_code: bool = False, num_epochs: float | None = None, lr_scheduler: str = "linear",
-           warmup_ratio: float | None = None, weight_decay: float = 0.0, eval_fraction: float = 0.0,
-           eval_dataset: str | None = None, eval_steps: int | None = None, save_total_limit: int | None = None,
-           save_16bit: str = "every", report_to: str = "none", random_weights: bool = False, quiet: bool = False,
-           run_file: str | None = None, stated=None, names: dict | None = None, packing: bool | None = None,
-           dataset_split: str | None = None, dataset_fields: str | dict | None = None,
-           chat_template: str | None = None, lr_source: str | None = None,
-           liger: bool | None = None, attention: str = "auto") -> RunResult:
-    """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess and say what happened.
+def train_options(options: RunOptions) -> dict:
+    """The ``cookbook.train`` options of ``options`` by argparse destination, as :func:`train_argv` writes them
+    (None and False left out there): the ranks' command line. The order is the command's order."""
+    s, v, d, m, r = options.schedule, options.saving, options.data, options.model, options.rehearsal
+    fields = d.dataset_fields
+    return dict(max_steps=s.max_steps, num_epochs=s.num_epochs, lr=s.lr, lr_scheduler=s.lr_scheduler,
+                warmup_ratio=DEFAULT_WARMUP_RATIO if s.warmup_ratio is None else s.warmup_ratio,
+                warmup_steps=s.warmup_steps, weight_decay=s.weight_decay or None, save_steps=v.save_steps,
+                save_total_limit=v.save_total_limit, save_16bit=v.save_16bit, resume=v.resume, dataset=d.dataset,
+                eval_fraction=d.eval_fraction or None, eval_dataset=d.eval_dataset, eval_steps=d.eval_steps,
+                tokenizer=d.tokenizer, random_weights=r.random_weights, seed=s.seed, bf16_states=m.bf16_states,
+                emulate_gpu_memory_gib=r.emulate_gpu_memory_gib, verify_save=v.verify_save,
+                no_final_save=not v.final_save, report_to=v.report_to, trust_remote_code=m.trust_remote_code,
+                packing=d.packing is True, no_packing=d.packing is False, dataset_split=d.dataset_split,
+                dataset_fields=(",".join(f"{k}={x}" for k, x in fields.items()) if isinstance(fields, dict) else fields),
+                chat_template=d.chat_template, attention=None if m.attention == "auto" else m.attention)
+
+
+class _Refused(Exception):
+    """A step of :class:`_Launch` ended the launch early; ``result`` is what :func:`launch` returns."""
+
+    def __init__(self, result: RunResult):
+        super().__init__(result.message)
+        self.result = result
+
+
+def launch(plan: Plan, output_dir: str | os.PathLike, options: RunOptions | None = None, *,
+           config: dict | str | os.PathLike | None = None, dry_run: bool = False, progress: bool = True,
+           quiet: bool = False, raise_on_error: bool = False, origin: Origin | None = None, **legacy) -> RunResult:
+    """Launch ``plan`` with Accelerate + DeepSpeed in a subprocess, run as ``options`` say, and say what happened.
 
     Args:
         plan: the run (model, world size ``num_gpus``, ZeRO stage, offload, batch shape, precision).
             ``plan.num_machines > 1`` runs every machine's command on this host (a rehearsal of a
             multi-machine launch over 127.0.0.1); on real machines use :func:`machine_commands`.
         output_dir: the run folder (configs, logs, metrics, summary, checkpoints, final model).
+        options: how the run is run (:class:`cookbook.options.RunOptions`: schedule, saving, data, model,
+            watchdog, rehearsal, launcher; each field's unit, default and flag are in
+            :data:`cookbook.options.FIELDS`); None: every default. In short: ``lr`` is required for a real model
+            (None: the tiny models' 3e-3); ``max_steps`` wins over ``num_epochs`` (None for both: 40 steps, tiny
+            models only); ``emulate_gpu_memory_gib`` caps each rank's GPU memory
+            (``torch.cuda.set_per_process_memory_fraction``; on CPU ranks the model-state budget, see
+            :mod:`cookbook.train`); ``force`` launches although the estimate says it will not fit (lint errors
+            always stop it); ``hang_timeout_s`` and ``startup_timeout_s`` (default ``max(hang_timeout_s, 600)``)
+            are the watchdog's limits; ``packing`` None packs when the model's attention keeps packed examples
+            apart; ``attention`` is passed to the ranks as transformers' ``attn_implementation``.
         config: the user's DeepSpeed config (dict or JSON path); None builds one with
             :func:`cookbook.dsconfig.build_config` (target ``accelerate``). Its ``"auto"`` values are filled
-            from the plan and the training options as the HF Trainer / Accelerate fill them
+            from the plan and the options as the HF Trainer / Accelerate fill them
             (:func:`cookbook.dsconfig.resolve_config`; the fill table is printed and kept in
-            ``details["filled"]``), its own values decide the ZeRO stage, offload, batch shape and
-            precision the caller did not state, and a value that disagrees with a stated one is a
+            ``details["filled"]``), its own values decide the ZeRO stage, offload, batch shape, precision, lr,
+            length and scheduler the caller did not state, and a value that disagrees with a stated one is a
             ``config_error`` naming both. The run folder keeps ``ds_config.original.json`` (as given) beside
             ``ds_config.json`` (resolved: what DeepSpeed reads) and ``ds_config.filled.json`` (the table).
             Then the resolved config is linted like any other.
-        lr: peak learning rate; None only for the shipped tiny models (3e-3): a real model needs it.
-        max_steps, num_epochs: the run's length (``max_steps`` wins; epochs are converted with
-            :func:`cookbook.dsconfig.total_steps_for_epochs`); None for both: 40 steps, tiny models only.
-        lr_scheduler, warmup_ratio, warmup_steps: the schedule (``linear``/``cosine``/``constant``;
-            warm-up ``warmup_steps`` or ``ceil(ratio × steps)``, default ratio 0.05).
-        eval_fraction, eval_dataset, eval_steps: an eval split and how often its loss is measured.
-        save_steps, save_total_limit, save_16bit: checkpoints every N steps, how many to keep, and
-            whether intermediate ones carry the gathered 16-bit model (``every``) or not (``final``).
-        report_to: ``tensorboard`` to log metrics through Accelerate's tracker as well.
-        random_weights: allow training a model without weights on a GPU box (see ``--random-weights``).
-        resume, dataset, tokenizer, seed, bf16_states, weight_decay, verify_save, final_save,
-            trust_remote_code: passed to the training entry (see ``cookbook train --help``).
-        packing: True packs rows of exactly ``plan.seq_len`` tokens, False one example per row, None
-            (default) packs when the model's attention keeps packed examples apart.
-        dataset_split, dataset_fields, chat_template: ``--dataset-split``, ``--dataset-fields`` (a string
-            ``standard=yours,...`` or a dict), ``--chat-template`` (a Jinja file).
-        attention: ``--attention`` (:mod:`cookbook.attention`): auto, sdpa, flex, flash or eager; passed to the
-            ranks as transformers' ``attn_implementation``.
-        liger: Liger kernels' fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`); None: the plan's
-            ``liger`` field decides, True/False sets it. Refused (status ``config_error``) without an NVIDIA GPU,
-            without liger-kernel, for an architecture other than llama/qwen2 and with ZeRO-3; a dry run of a real
-            model planned on a machine without a GPU gets those as notes.
-        emulate_gpu_memory_gib: cap each rank's GPU memory (``torch.cuda.set_per_process_memory_fraction``)
-            so a larger GPU behaves like a smaller card; on a CPU-only machine, the budget for the
-            model states each rank holds on its "device" (see :mod:`cookbook.train`).
-        force: launch even when the estimate says it will not fit (lint errors always stop it).
         dry_run: write the run folder and return the command without running it.
-        hang_timeout_s: seconds without any output from rank 0 before the watchdog stops the run.
-        startup_timeout_s: the same limit before rank 0's first training step (imports, JIT op builds,
-            model initialisation); default ``max(hang_timeout_s, 600)``: a 7B model takes minutes.
-        env: extra environment variables for the ranks (they win over recommendations).
         progress: live progress of the steps with loss and tokens/s: a tqdm bar on a terminal; in a notebook
             (papermill included) or a pipe, a plain line every tenth of the run (no redrawn bars in the output).
         quiet: do not print what the run trains (model source, tokenizer, examples, schedule) before it starts.
-        run_file: the YAML run file the options came from (named in ``run.resolved.yaml``).
         raise_on_error: raise :class:`LaunchError` unless the status is ``ok``/``dry_run``.
-        stated: the plan fields and options (``lr``, ``max_steps``, ``warmup_steps``) the caller set on purpose,
-            which a config value may not override; default: :func:`stated_fields` (those that differ from the
-            defaults of :class:`Plan` and of this function). ``cookbook launch`` passes the options typed.
-        names: how messages name each field (``cookbook launch`` passes its flags); default: the Python names.
-        lr_source: where ``lr`` came from, for ``summary.hyperparameters.lr_source`` (``cookbook train`` passes
-            ``--lr`` or ``run file PATH``); default: ``launch(lr=...)`` when ``lr`` is given. An lr taken from
-            the config, or the tiny models' default, is named as such; one filled into the config's ``"auto"``
-            says so.
+        origin: where the values came from (:class:`cookbook.options.Origin`: what the caller stated, how to
+            name fields, the run file, where lr came from); ``cookbook train``/``launch`` pass theirs.
+        legacy: the flat keywords of the earlier signature (``max_steps=5``, ``hang_timeout_s=300``,
+            ``stated=...``, ``liger=True``), mapped onto ``options``/``origin``/the plan
+            (:func:`cookbook.options.split_legacy`); they win over ``options``. An unknown keyword raises
+            :class:`cookbook.options.OptionsError` naming the closest valid one.
+
+    Liger (``plan.liger``, :mod:`cookbook.liger`) is refused (status ``config_error``) without an NVIDIA GPU,
+    without liger-kernel, for an architecture other than llama/qwen2 and with ZeRO-3; a dry run of a real model
+    planned on a machine without a GPU gets those as notes.
 
     Process control (:mod:`cookbook.procs`): the run holds ``output_dir/run.lock`` while it runs (a
     second live run there is refused with status ``config_error``; a stale lock is taken over with a
@@ -848,72 +843,106 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
     (the learning rate and step count resolved), loadable with ``cookbook train run.resolved.yaml``.
 
     Returns:
-        :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error``.
+        :class:`RunResult`. Nothing raises into the notebook unless ``raise_on_error`` (or for an unknown keyword).
     """
-    from .train import DEFAULT_WARMUP_RATIO, describe_inputs
-    t_start = time.time()
-    run_dir = Path(output_dir).resolve()
-    on_gpu = on_gpu_machine()
-    if liger is not None and isinstance(plan, Plan) and bool(liger) != plan.liger:
-        plan = plan.replace(liger=bool(liger))
-    opts = dict(max_steps=max_steps, num_epochs=num_epochs, lr=lr, lr_scheduler=lr_scheduler,
-                warmup_ratio=DEFAULT_WARMUP_RATIO if warmup_ratio is None else warmup_ratio,
-                warmup_steps=warmup_steps, weight_decay=weight_decay or None, save_steps=save_steps,
-                save_total_limit=save_total_limit, save_16bit=save_16bit, resume=resume, dataset=dataset,
-                eval_fraction=eval_fraction or None, eval_dataset=eval_dataset, eval_steps=eval_steps,
-                tokenizer=tokenizer, random_weights=random_weights, seed=seed, bf16_states=bf16_states,
-                emulate_gpu_memory_gib=emulate_gpu_memory_gib, verify_save=verify_save,
-                no_final_save=not final_save, report_to=report_to, trust_remote_code=trust_remote_code,
-                packing=packing is True, no_packing=packing is False, dataset_split=dataset_split,
-                dataset_fields=(",".join(f"{k}={v}" for k, v in dataset_fields.items())
-                                if isinstance(dataset_fields, dict) else dataset_fields),
-                chat_template=chat_template, attention=None if attention == "auto" else attention)
+    flat, origin_kw, plan_kw = split_legacy(legacy)
+    options = (options or RunOptions()).replace(**flat) if flat else (options or RunOptions())
+    origin = dataclasses.replace(origin or Origin(), **origin_kw) if origin_kw else (origin or Origin())
+    if "liger" in plan_kw and plan_kw["liger"] is not None and isinstance(plan, Plan) and bool(plan_kw["liger"]) != plan.liger:
+        plan = plan.replace(liger=bool(plan_kw["liger"]))
+    steps = _Launch(plan, output_dir, options, origin, config=config, dry_run=dry_run, progress=progress,
+                    quiet=quiet, raise_on_error=raise_on_error)
+    try:
+        return steps.run()
+    except _Refused as stop:
+        return stop.result
 
-    resolution = None
 
-    def result(status, message, **kw) -> RunResult:
-        if resolution is not None and resolution.rows:
+class _Launch:
+    """The steps of one :func:`launch`, in order (:meth:`run`): check the inputs, read the user's config,
+    check the device, check the training inputs, say what will run, build the config, guard (lint and
+    estimate), write the run folder, decide (refuse, dry run or go), start and watch the ranks, collect the
+    outcome. A step that ends the launch raises :class:`_Refused` with the result; the state the steps share
+    (the plan, the resolved lr / steps / warm-up, the config, the findings) lives on the instance."""
+
+    def __init__(self, plan: Plan, output_dir, options: RunOptions, origin: Origin, *, config, dry_run: bool,
+                 progress: bool, quiet: bool, raise_on_error: bool):
+        self.t_start = time.time()
+        self.plan, self.options, self.config = plan, options, config
+        self.dry_run, self.progress, self.quiet, self.raise_on_error = dry_run, progress, quiet, raise_on_error
+        self.run_dir = Path(output_dir).resolve()
+        self.on_gpu = on_gpu_machine()
+        s = options.schedule
+        self.lr, self.max_steps, self.warmup_steps, self.lr_scheduler = s.lr, s.max_steps, s.warmup_steps, s.lr_scheduler
+        self.names, self.stated, self.run_file, self.lr_source = origin.names, origin.stated, origin.run_file, origin.lr_source
+        self.opts = train_options(options)
+        self.resolution = self.ds_config = self.config_scheduler = self.lr_auto = None
+        self.name = "config" if config is None or isinstance(config, dict) else Path(config).name
+        self.caller_typed = self.stated  # what the caller said it typed (the CLI); None: a Python caller
+        self.given_plan = plan  # both config passes compare with the plan as given (the second must not see the first's)
+
+    # ---- the result -----------------------------------------------------------------------------
+
+    def result(self, status: str, message: str, **kw) -> RunResult:
+        """The :class:`RunResult` of this launch (with the config's fill table in ``details["filled"]``)."""
+        if self.resolution is not None and self.resolution.rows:
             kw["details"] = dict(kw.get("details") or {}, filled=[
-                {"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows])
-        kw.setdefault("world_size", plan.world_size if isinstance(plan, Plan) else None)
-        r = RunResult(status=status, message=message, run_dir=str(run_dir), duration_s=time.time() - t_start, **kw)
-        if raise_on_error:
+                {"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in self.resolution.rows])
+        kw.setdefault("world_size", self.plan.world_size if isinstance(self.plan, Plan) else None)
+        r = RunResult(status=status, message=message, run_dir=str(self.run_dir),
+                      duration_s=time.time() - self.t_start, **kw)
+        if self.raise_on_error:
             r.raise_for_status()
         return r
 
-    # 0. one live run per folder: refuse before anything is written into a live run's folder
-    from .procs import busy_message
-    busy = busy_message(run_dir)
-    if busy:
-        return result("config_error", busy, command="")
-    if config is None and isinstance(plan, Plan):   # bf16 states the run cannot have: before any data is read
-        from .dsconfig import ConfigError, check_bf16_states
-        try:
-            check_bf16_states(plan, bf16_states)
-        except ConfigError as exc:
-            return result("config_error", user_message(exc, names=names), command="")
+    def refuse(self, message: str, **kw):
+        """End the launch with status ``config_error`` (no command unless ``command=`` is given)."""
+        kw.setdefault("command", "")
+        raise _Refused(self.result("config_error", message, **kw))
 
-    # 1. the user's config: every "auto" filled from the plan as the HF Trainer / Accelerate fill it; its own
-    #    values decide what the user did not state, and disagree with what they did (an error naming both).
-    #    Resolved twice: first for the plan (batch shape, stage, precision), then — once the learning rate
-    #    and the run's length are known (step 2) — for the values that depend on them.
-    ds_config = resolution = None
-    config_scheduler = None  # the type of the user's config's scheduler block, which DeepSpeed runs
-    name = "config" if config is None or isinstance(config, dict) else Path(config).name
-    if lr is not None and not lr_source:
-        lr_source = (names or {}).get("lr") or "launch(lr=...)"
-    lr_auto = None  # the config's optimizer.params.lr is "auto": the lr resolved below fills it
-    caller_typed = stated  # what the caller said it typed (the CLI); None: a Python caller, who built its Plan on purpose
-    if config is not None and stated is None:
-        stated = stated_fields(plan, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps)
+    def run(self) -> RunResult:
+        self.check_inputs()
+        self.read_user_config()
+        self.check_device()
+        self.check_training_inputs()
+        if not self.quiet:
+            self.say_what_runs()
+        self.warn_environment()
+        self.build_config()
+        self.guard()
+        self.write_run_dir()
+        self.decide()
+        return self.collect(*self.start_and_watch())
 
-    given_plan = plan  # both passes compare the config with the plan as given (the second must not see the first's)
+    # ---- 0. the folder and the states -----------------------------------------------------------
 
-    def resolve(lr_, max_steps_, warmup_steps_):
+    def check_inputs(self) -> None:
+        """One live run per folder (refused before anything is written into it); bf16 states the run
+        cannot have, before any data is read."""
+        from .procs import busy_message
+        busy = busy_message(self.run_dir)
+        if busy:
+            self.refuse(busy)
+        if self.config is None and isinstance(self.plan, Plan):
+            from .dsconfig import ConfigError, check_bf16_states
+            try:
+                check_bf16_states(self.plan, self.options.model.bf16_states)
+            except ConfigError as exc:
+                self.refuse(user_message(exc, names=self.names))
+        if self.lr is not None and not self.lr_source:
+            self.lr_source = (self.names or {}).get("lr") or "launch(lr=...)"
+        if self.config is not None and self.stated is None:
+            self.stated = stated_fields(self.plan, lr=self.lr, max_steps=self.max_steps, warmup_steps=self.warmup_steps)
+
+    # ---- 1. the user's config -------------------------------------------------------------------
+
+    def resolve(self, lr, max_steps, warmup_steps):
+        """Lint and fill the user's config for the plan as given; (report, problem message or None)."""
         from .lint import lint
-        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=given_plan, stated=stated,
-                      names=names, lr=lr_, max_steps=max_steps_, warmup_steps=warmup_steps_,
-                      will_save_hf_model=final_save)
+        config, name = self.config, self.name
+        report = lint(config if isinstance(config, dict) else str(config), mode="launch", plan=self.given_plan,
+                      stated=self.stated, names=self.names, lr=lr, max_steps=max_steps, warmup_steps=warmup_steps,
+                      will_save_hf_model=self.options.saving.final_save)
         if not report.readable:
             return report, f"{name}: cannot be used: " + "; ".join(
                 f"{f.message} Fix: {f.fix}" for f in report if f.severity == "error")
@@ -922,106 +951,138 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
                 f"{p.path}: {p.message} Fix: {p.fix}" for p in report.resolved.problems))
         return report, None
 
-    if config is not None:
-        # placeholders where the options are not known yet (lr and length of a real model come from the
-        # user or from the config's own numbers, found here); the second pass fills with the real values
-        report, problem = resolve(0.0 if lr is None else lr, 1 if max_steps is None else max_steps, warmup_steps)
+    def read_user_config(self) -> None:
+        """The first pass over the user's config: every "auto" filled from the plan as the HF Trainer /
+        Accelerate fill it; its own values decide what the user did not state (plan fields, lr, length,
+        scheduler) and disagree with what they did. Placeholders stand where lr and length are not known
+        yet; the second pass (:meth:`check_training_inputs`) fills with the real values."""
+        if self.config is None:
+            self.opts["lr_source"] = self.lr_source
+            return
+        report, problem = self.resolve(0.0 if self.lr is None else self.lr,
+                                       1 if self.max_steps is None else self.max_steps, self.warmup_steps)
         if problem:
-            return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
-        plan = report.resolved.plan
+            self.refuse(problem, findings=[f.to_dict() for f in report])
+        self.plan = report.resolved.plan
         given = report.resolved.original
         cfg_lr = ((given.get("optimizer") or {}).get("params") or {}).get("lr")
         cfg_steps = ((given.get("scheduler") or {}).get("params") or {}).get("total_num_steps")
-        if lr is None and isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr > 0:
-            lr = opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what the user did not type
-            lr_source = f"{name}: optimizer.params.lr"
-        lr_auto = cfg_lr == "auto"
-        # DeepSpeed runs the config's own scheduler (train.py hands it to DummyScheduler): the run's schedule is
-        # that block, so a typed --lr-scheduler that names another one is a contradiction, not a setting
-        sched = given.get("scheduler")
-        if isinstance(sched, dict) and sched.get("type"):
-            from .dsconfig import DS_SCHEDULER_TYPES, SCHEDULER_KINDS
-            kind = SCHEDULER_KINDS.get(sched["type"])
-            typed = ("lr_scheduler" in stated) if stated is not None else lr_scheduler != "linear"
-            if typed and kind != lr_scheduler:
-                flag = (names or {}).get("lr_scheduler") or "--lr-scheduler"
-                return result("config_error", (
-                    f"{flag} {lr_scheduler} contradicts {name}: scheduler.type {sched['type']}"
-                    + (f" (that is {kind})" if kind else "") + ", and DeepSpeed runs the config's scheduler. Fix: drop "
-                    f"{flag} to run {sched['type']}, or remove the \"scheduler\" block from {name} (or set its type "
-                    f"to {DS_SCHEDULER_TYPES.get(lr_scheduler, lr_scheduler)}) to run {lr_scheduler}"), command="")
-            config_scheduler = sched["type"]
-            if kind:
-                lr_scheduler = opts["lr_scheduler"] = kind
-        if max_steps is None and num_epochs is None and isinstance(cfg_steps, int) and cfg_steps > 0:
-            max_steps = opts["max_steps"] = cfg_steps
-    opts["lr_source"] = lr_source
+        if self.lr is None and isinstance(cfg_lr, (int, float)) and not isinstance(cfg_lr, bool) and cfg_lr > 0:
+            self.lr = self.opts["lr"] = float(cfg_lr)  # the config's own learning rate decides what was not typed
+            self.lr_source = f"{self.name}: optimizer.params.lr"
+        self.lr_auto = cfg_lr == "auto"
+        self.read_config_scheduler(given.get("scheduler"))
+        if self.max_steps is None and self.options.schedule.num_epochs is None and isinstance(cfg_steps, int) \
+                and cfg_steps > 0:
+            self.max_steps = self.opts["max_steps"] = cfg_steps
+        self.opts["lr_source"] = self.lr_source
 
-    # precision the device cannot run, before anything else is done, named as the caller typed it
-    # (a user's config is checked by the linter's machine rules instead, which name its keys, or the option
-    # that filled them). A dry run on a machine without a GPU that plans a real model's GPU run elsewhere is
-    # not refused for this machine's CPU; fp16 on this CPU is refused in a dry run too (it cannot run here).
-    elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
-    refused = (precision_refusal(plan.precision, on_gpu, name=(names or {}).get("precision", "precision"))
-               if config is None and not elsewhere else None)
-    if refused and (not dry_run or not on_gpu):
-        return result("config_error", refused, command="")
-    liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
-    if liger_refused and not dry_run:
-        return result("config_error", liger_refused + "; nothing was launched", command="")
-    # the attention kernel, before the ranks start (a dry run that plans a GPU run elsewhere reports the GPU's)
-    from .attention import AttentionError, choose as choose_attention
-    try:
-        attn_impl, attn_why = choose_attention(attention, on_gpu=on_gpu or elsewhere, packing=packing)
-    except AttentionError as exc:
-        return result("config_error", f"{exc}; nothing was launched", command="")
-    print(f"[attention] {attn_impl} ({attn_why})")
+    def read_config_scheduler(self, sched) -> None:
+        """DeepSpeed runs the config's own scheduler (train.py hands it to ``DummyScheduler``): the run's
+        schedule is that block, so a typed ``--lr-scheduler`` that names another one is a contradiction."""
+        if not (isinstance(sched, dict) and sched.get("type")):
+            return
+        from .dsconfig import DS_SCHEDULER_TYPES, SCHEDULER_KINDS
+        kind, lr_scheduler, name = SCHEDULER_KINDS.get(sched["type"]), self.lr_scheduler, self.name
+        typed = ("lr_scheduler" in self.stated) if self.stated is not None else lr_scheduler != "linear"
+        if typed and kind != lr_scheduler:
+            flag = (self.names or {}).get("lr_scheduler") or "--lr-scheduler"
+            self.refuse(
+                f"{flag} {lr_scheduler} contradicts {name}: scheduler.type {sched['type']}"
+                + (f" (that is {kind})" if kind else "") + ", and DeepSpeed runs the config's scheduler. Fix: drop "
+                f"{flag} to run {sched['type']}, or remove the \"scheduler\" block from {name} (or set its type "
+                f"to {DS_SCHEDULER_TYPES.get(lr_scheduler, lr_scheduler)}) to run {lr_scheduler}")
+        self.config_scheduler = sched["type"]
+        if kind:
+            self.lr_scheduler = self.opts["lr_scheduler"] = kind
 
-    # 2. the training inputs (options, model, tokenizer, data, output folder), before anything else;
-    #    the learning rate and the run's length are resolved here (epochs -> steps, warm-up ratio -> steps)
-    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
-    try:
-        parser = argparse.ArgumentParser()
-        add_train_arguments(parser)
-        parsed = parser.parse_args(targs)
-        facts = validate_inputs(parsed, plan.world_size, gpu_box=on_gpu)
-    except TrainInputError as exc:
-        return result("config_error", str(exc), command="")
-    except SystemExit:
-        return result("config_error", f"invalid training options: {shlex.join(targs)}", command="")
-    max_steps, lr, warmup_steps = parsed.max_steps, parsed.lr, parsed.warmup_steps
-    hp = facts["hyperparameters"]
-    if lr_auto:
-        hp["lr_source"] = f"{hp['lr_source']}, filled into {name}'s \"auto\" optimizer.params.lr"
-    opts.update(max_steps=max_steps, lr=lr, warmup_steps=warmup_steps, lr_source=hp["lr_source"])
-    targs = train_argv(plan, run_dir, **opts) + list(extra_args)
-    if config is not None:
-        report, problem = resolve(lr, max_steps, warmup_steps)
+    # ---- 2. the device: precision, Liger, attention ----------------------------------------------
+
+    def check_device(self) -> None:
+        """Precision the device cannot run, named as the caller typed it (a user's config is checked by the
+        linter's machine rules instead); Liger's refusal; the attention kernel. A dry run on a machine without
+        a GPU that plans a real model's GPU run elsewhere is not refused for this machine's CPU; fp16 on this
+        CPU is refused in a dry run too (it cannot run here)."""
+        plan, on_gpu, dry_run = self.plan, self.on_gpu, self.dry_run
+        self.elsewhere = dry_run and not on_gpu and not is_rehearsal_model(plan.model)
+        self.refused = (precision_refusal(plan.precision, on_gpu, name=(self.names or {}).get("precision", "precision"))
+                        if self.config is None and not self.elsewhere else None)
+        if self.refused and (not dry_run or not on_gpu):
+            self.refuse(self.refused)
+        self.liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
+        if self.liger_refused and not dry_run:
+            self.refuse(self.liger_refused + "; nothing was launched")
+        from .attention import AttentionError, choose as choose_attention
+        try:
+            impl, why = choose_attention(self.options.model.attention, on_gpu=on_gpu or self.elsewhere,
+                                         packing=self.options.data.packing)
+        except AttentionError as exc:
+            self.refuse(f"{exc}; nothing was launched")
+        print(f"[attention] {impl} ({why})")
+
+    # ---- 3. the training inputs -----------------------------------------------------------------
+
+    def train_args(self) -> list[str]:
+        return train_argv(self.plan, self.run_dir, **self.opts) + list(self.options.launcher.extra_args)
+
+    def check_training_inputs(self) -> None:
+        """Options, model, tokenizer, data and output folder, checked by the trainer's own parser and
+        :func:`cookbook.train.validate_inputs`; the lr and the run's length resolved (epochs -> steps, warm-up
+        ratio -> steps); then the user's config filled with them (its second pass)."""
+        targs = self.train_args()
+        try:
+            parser = argparse.ArgumentParser()
+            add_train_arguments(parser)
+            self.parsed = parser.parse_args(targs)
+            self.facts = validate_inputs(self.parsed, self.plan.world_size, gpu_box=self.on_gpu)
+        except TrainInputError as exc:
+            self.refuse(str(exc))
+        except SystemExit:
+            self.refuse(f"invalid training options: {shlex.join(targs)}")
+        self.max_steps, self.lr, self.warmup_steps = self.parsed.max_steps, self.parsed.lr, self.parsed.warmup_steps
+        hp = self.facts["hyperparameters"]
+        if self.lr_auto:
+            hp["lr_source"] = f"{hp['lr_source']}, filled into {self.name}'s \"auto\" optimizer.params.lr"
+        self.opts.update(max_steps=self.max_steps, lr=self.lr, warmup_steps=self.warmup_steps, lr_source=hp["lr_source"])
+        self.targs = self.train_args()
+        if self.config is not None:
+            self.fill_user_config(hp)
+
+    def fill_user_config(self, hp: dict) -> None:
+        """The second pass over the user's config, with the resolved lr, steps and warm-up; its fill table is
+        printed (``cookbook launch --json`` sends it to stderr)."""
+        report, problem = self.resolve(self.lr, self.max_steps, self.warmup_steps)
         if problem:
-            return result("config_error", problem, command="", findings=[f.to_dict() for f in report])
-        resolution = report.resolved
-        if resolution.rows:  # the fill table (cookbook launch --json sends it to stderr)
-            print(str(resolution), flush=True)
-        ds_config = resolution.config
-        if config_scheduler and isinstance(ds_config.get("scheduler"), dict):
+            self.refuse(problem, findings=[f.to_dict() for f in report])
+        self.resolution = report.resolved
+        if self.resolution.rows:
+            print(str(self.resolution), flush=True)
+        self.ds_config = self.resolution.config
+        if self.config_scheduler and isinstance(self.ds_config.get("scheduler"), dict):
             from .dsconfig import SCHEDULER_KINDS, describe_scheduler
-            opt_lr = ((ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
-            hp["scheduler"] = describe_scheduler(ds_config["scheduler"], opt_lr if isinstance(opt_lr, (int, float)) else lr)
-            hp["scheduler_source"] = f"{name}: scheduler"
-            hp["lr_scheduler"] = lr_scheduler if SCHEDULER_KINDS.get(config_scheduler) else config_scheduler
-    if not quiet:
-        for line in describe_inputs(facts):
+            opt_lr = ((self.ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
+            hp["scheduler"] = describe_scheduler(self.ds_config["scheduler"],
+                                                 opt_lr if isinstance(opt_lr, (int, float)) else self.lr)
+            hp["scheduler_source"] = f"{self.name}: scheduler"
+            hp["lr_scheduler"] = self.lr_scheduler if SCHEDULER_KINDS.get(self.config_scheduler) else self.config_scheduler
+
+    # ---- 4. what will run -----------------------------------------------------------------------
+
+    def say_what_runs(self) -> None:
+        """The console lines before the launch: model, tokenizer, data, schedule, and notes on defaults."""
+        from .train import describe_inputs
+        plan, on_gpu = self.plan, self.on_gpu
+        for line in describe_inputs(self.facts):
             print(line, flush=True)
-        for flag, every in (("--save-steps", save_steps), ("--eval-steps", eval_steps)):
-            if every and every > max_steps:
-                print(f"[schedule] note: {flag} {every} is more than the run's {max_steps} steps: nothing is "
+        for flag, every in (("--save-steps", self.options.saving.save_steps), ("--eval-steps", self.options.data.eval_steps)):
+            if every and every > self.max_steps:
+                print(f"[schedule] note: {flag} {every} is more than the run's {self.max_steps} steps: nothing is "
                       f"{'saved' if flag == '--save-steps' else 'evaluated'} before the last step", flush=True)
-        if not is_rehearsal_model(plan.model) and caller_typed is not None:
-            # only where the command line says what was typed: a Python caller built its Plan on purpose (with a
-            # config, `stated` is inferred from values that differ from the defaults — no evidence of a default)
+        if not is_rehearsal_model(plan.model) and self.caller_typed is not None:
+            # only where the command line says what was typed: a Python caller built its Plan on purpose
             kept = [f"{flag} {getattr(plan, f)}" for f, flag in (("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
                                                                 ("grad_accum", "--grad-accum"))
-                    if f not in caller_typed]
+                    if f not in self.caller_typed]
             if kept:
                 print(f"[plan] note: {', '.join(kept)} are the defaults (sized for the CPU rehearsal), not chosen for "
                       f"{plan.model}; `cookbook estimate ... --sweep` finds a batch shape that fits", flush=True)
@@ -1029,128 +1090,215 @@ def launch(plan: Plan, output_dir: str | os.PathLike, *, config: dict | str | os
             print(f"[model] gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}, as the plan says "
                   f"(the default for {plan.model} {'here' if on_gpu else 'on CPU ranks'} would be "
                   f"{'off' if plan.gradient_checkpointing else 'on'})", flush=True)
-        if refused:
-            print(f"[precision] note: {refused}", flush=True)
-        if bf16_states and not is_rehearsal_model(plan.model):
+        if self.refused:
+            print(f"[precision] note: {self.refused}", flush=True)
+        if self.options.model.bf16_states and not is_rehearsal_model(plan.model):
             from .memory import BF16_STATES_NOTE
             print(BF16_STATES_NOTE, flush=True)
-        if liger_refused:
-            print(f"[liger] note: {liger_refused}", flush=True)
+        if self.liger_refused:
+            print(f"[liger] note: {self.liger_refused}", flush=True)
         elif plan.liger:
             print("[liger] Liger fused linear cross-entropy: the loss without the full logits tensor "
                   "(--liger; the DeepSpeed config has no key for it)", flush=True)
-    # pinned OpenMP threads in the ranks' environment slow DeepSpeed's CPU Adam (docs/benchmarks.md §14): a warning,
-    # printed even when quiet (under --json it goes to stderr), never a refusal
-    from .env import cpu_adam_binding_warning
-    binding = cpu_adam_binding_warning({**os.environ, **(env or {})}, plan)
-    if binding:
-        print(binding, flush=True)
 
-    # the config built from the plan when the user gave none
-    if ds_config is None:
+    def warn_environment(self) -> None:
+        """Warnings printed even when quiet (under ``--json`` they go to stderr), never refusals: pinned
+        OpenMP threads that slow DeepSpeed's CPU Adam (:func:`cookbook.env.cpu_adam_binding_warning`), and
+        16-bit checkpoints that will fill the disk (:func:`save_16bit_disk_warning`)."""
+        from .env import cpu_adam_binding_warning
+        binding = cpu_adam_binding_warning({**os.environ, **(self.options.launcher.env or {})}, self.plan)
+        if binding:
+            print(binding, flush=True)
+        disk = save_16bit_disk_warning(self.plan, self.options, self.max_steps, self.run_dir,
+                                       num_params=self.facts.get("num_params"))
+        if disk:
+            print(disk, flush=True)
+
+    # ---- 5. the config, the guard, the run folder -------------------------------------------------
+
+    def build_config(self) -> None:
+        """The DeepSpeed config built from the plan when the user gave none."""
+        if self.ds_config is not None:
+            return
         from .dsconfig import ConfigError, build_config
+        s = self.options.schedule
         try:
-            ds_config = build_config(plan, "accelerate", lr=lr, warmup_steps=warmup_steps, total_steps=max_steps,
-                                     bf16_states=bf16_states, lr_scheduler=lr_scheduler, weight_decay=weight_decay)
+            self.ds_config = build_config(self.plan, "accelerate", lr=self.lr, warmup_steps=self.warmup_steps,
+                                          total_steps=self.max_steps, bf16_states=self.options.model.bf16_states,
+                                          lr_scheduler=self.lr_scheduler, weight_decay=s.weight_decay)
         except ConfigError as exc:
-            return result("config_error", user_message(exc, names=names), command="")
+            self.refuse(user_message(exc, names=self.names))
 
-    # 3. pre-launch guard: lint errors and the estimate
-    if on_gpu and not elsewhere:  # more ranks than GPUs here: each extra rank would die in cuda.set_device
-        from .hardware import default_num_processes, gpu_count
-        per_machine, gpus = plan.num_gpus // max(1, plan.num_machines), gpu_count()
-        if per_machine > gpus:
-            return result("config_error", f"--num-processes {plan.num_gpus}"
-                          + (f" over {plan.num_machines} machines ({per_machine} per machine)" if plan.num_machines > 1 else "")
-                          + f": this machine has {gpus} GPU(s) visible, one rank per GPU. Fix: --num-processes "
-                          f"{default_num_processes(plan.num_machines, gpus=gpus)} (or leave it out: the default is this machine's GPUs), "
-                          "or make more GPUs visible (CUDA_VISIBLE_DEVICES)", command="")
-    # the config paths the options filled (the machine rules then name the option: --precision fp16)
-    filled = {r.path for r in resolution.rows if r.how != "kept"} if resolution is not None else None
-    findings, est, refusals = _guard(plan, ds_config, on_gpu=on_gpu,
-                                     bf16_states=bf16_states, emulate_gpu_memory_gib=emulate_gpu_memory_gib,
-                                     elsewhere=elsewhere, packed_with_mask=packed_with_mask(packing, attention),
-                                     filled=filled, names=names)
-    lint_errors = [f for f in findings if f["severity"] == "error"]
+    def guard(self) -> None:
+        """More ranks than GPUs here (each extra rank would die in ``cuda.set_device``); lint findings and the
+        estimate (:func:`_guard`)."""
+        plan = self.plan
+        if self.on_gpu and not self.elsewhere:
+            from .hardware import default_num_processes, gpu_count
+            per_machine, gpus = plan.num_gpus // max(1, plan.num_machines), gpu_count()
+            if per_machine > gpus:
+                self.refuse(f"--num-processes {plan.num_gpus}"
+                            + (f" over {plan.num_machines} machines ({per_machine} per machine)" if plan.num_machines > 1 else "")
+                            + f": this machine has {gpus} GPU(s) visible, one rank per GPU. Fix: --num-processes "
+                            f"{default_num_processes(plan.num_machines, gpus=gpus)} (or leave it out: the default is this "
+                            "machine's GPUs), or make more GPUs visible (CUDA_VISIBLE_DEVICES)")
+        # the config paths the options filled (the machine rules then name the option: --precision fp16)
+        filled = {r.path for r in self.resolution.rows if r.how != "kept"} if self.resolution is not None else None
+        d = self.options.data
+        self.findings, self.est, self.refusals = _guard(
+            plan, self.ds_config, on_gpu=self.on_gpu, bf16_states=self.options.model.bf16_states,
+            emulate_gpu_memory_gib=self.options.rehearsal.emulate_gpu_memory_gib, elsewhere=self.elsewhere,
+            packed_with_mask=packed_with_mask(d.packing, self.options.model.attention), filled=filled, names=self.names)
 
-    folder = prepare_run(plan, ds_config, run_dir, targs, main_process_ip=main_process_ip,
-                         main_process_port=main_process_port)
-    write_resolved_options(run_dir / RESOLVED_FILE, plan, parsed, run_file=run_file, config=config,
-                           scheduler=facts["hyperparameters"].get("scheduler"),
-                           launch_options={"force": force, "hang_timeout": hang_timeout_s,
-                                           "startup_timeout": startup_timeout_s,
-                                           "main_process_ip": main_process_ip, "main_process_port": main_process_port})
-    command = folder.command_text
-    if resolution is not None:  # the user's file beside the resolved ds_config.json that DeepSpeed reads
-        (run_dir / "ds_config.original.json").write_text(json.dumps(resolution.original, indent=2) + "\n")
-        fill = {"filled": [{"path": r.path, "value": r.value, "from": r.source, "how": r.how} for r in resolution.rows]}
-        (run_dir / "ds_config.filled.json").write_text(json.dumps(fill, indent=2) + "\n")
-    details = {"inputs": facts}
-    if lint_errors:
-        return result("config_error", "the DeepSpeed config has errors; nothing was launched:\n- "
-                      + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors),
-                      command=command, findings=findings, estimate=est, details=details)
-    if not elsewhere:  # the swap files must fit on this machine's NVMe folder (nvme.nvme_disk_refusal)
-        from .nvme import nvme_disk_refusal
-        disk_refusal = nvme_disk_refusal(plan, ds_config)
-        if disk_refusal and not dry_run:
-            return result("config_error", "not enough disk space for NVMe offload, so nothing was launched: "
-                          + disk_refusal, command=command, findings=findings, estimate=est, details=details)
-        if disk_refusal:
-            refusals.append(disk_refusal)
-    if refusals and not force and not dry_run:
-        return result("config_error", "the estimate says this will not fit, so nothing was launched ("
-                      + "; ".join(refusals) + "). Pick a variant that fits (`cookbook estimate --sweep`) or pass "
-                      "--force (force=True from Python) to try anyway.", command=command, findings=findings,
-                      estimate=est, details=details)
-    if dry_run:
-        notes = refusals + ([refused] if refused else []) + ([liger_refused] if liger_refused else [])
-        note = (" Note, for " + ("the planned GPU run" if elsewhere else "this machine") + ": " + "; ".join(notes)) \
-            if notes else ""
-        if elsewhere and est and "gpu_gib" in est:
+    def write_run_dir(self) -> None:
+        """``ds_config.json``, ``accelerate.yaml``, ``command.sh``, ``run.resolved.yaml`` and, for a user's
+        config, ``ds_config.original.json`` and ``ds_config.filled.json``."""
+        launcher, watchdog = self.options.launcher, self.options.watchdog
+        self.folder = prepare_run(self.plan, self.ds_config, self.run_dir, self.targs,
+                                  main_process_ip=launcher.main_process_ip, main_process_port=launcher.main_process_port)
+        write_resolved_options(self.run_dir / RESOLVED_FILE, self.plan, self.parsed, run_file=self.run_file,
+                               config=self.config, scheduler=self.facts["hyperparameters"].get("scheduler"),
+                               launch_options={"force": launcher.force, "hang_timeout": watchdog.hang_timeout_s,
+                                               "startup_timeout": watchdog.startup_timeout_s,
+                                               "main_process_ip": launcher.main_process_ip,
+                                               "main_process_port": launcher.main_process_port})
+        self.command = self.folder.command_text
+        if self.resolution is not None:  # the user's file beside the resolved ds_config.json that DeepSpeed reads
+            (self.run_dir / "ds_config.original.json").write_text(json.dumps(self.resolution.original, indent=2) + "\n")
+            fill = {"filled": [{"path": r.path, "value": r.value, "from": r.source, "how": r.how}
+                               for r in self.resolution.rows]}
+            (self.run_dir / "ds_config.filled.json").write_text(json.dumps(fill, indent=2) + "\n")
+
+    # ---- 6. refuse, dry run or go -----------------------------------------------------------------
+
+    def decide(self) -> None:
+        """Lint errors, NVMe swap files that do not fit on this machine (:func:`cookbook.nvme.nvme_disk_refusal`)
+        and an estimate that does not fit (unless ``force``) end the launch; a dry run ends here with its notes."""
+        known = dict(command=self.command, findings=self.findings, estimate=self.est, details={"inputs": self.facts})
+        lint_errors = [f for f in self.findings if f["severity"] == "error"]
+        if lint_errors:
+            self.refuse("the DeepSpeed config has errors; nothing was launched:\n- "
+                        + "\n- ".join(f"{f['path']}: {f['message']} Fix: {f['fix']}" for f in lint_errors), **known)
+        if not self.elsewhere:
+            from .nvme import nvme_disk_refusal
+            disk_refusal = nvme_disk_refusal(self.plan, self.ds_config)
+            if disk_refusal and not self.dry_run:
+                self.refuse("not enough disk space for NVMe offload, so nothing was launched: " + disk_refusal, **known)
+            if disk_refusal:
+                self.refusals.append(disk_refusal)
+        if self.refusals and not self.options.launcher.force and not self.dry_run:
+            self.refuse("the estimate says this will not fit, so nothing was launched (" + "; ".join(self.refusals)
+                        + "). Pick a variant that fits (`cookbook estimate --sweep`) or pass --force (force=True from "
+                        "Python) to try anyway.", **known)
+        if self.dry_run:
+            raise _Refused(self.result("dry_run", "run folder written; the command was not run." + self.dry_run_note(),
+                                       **known))
+
+    def dry_run_note(self) -> str:
+        """What a dry run would have refused or noted, and for a GPU run planned elsewhere, its estimate."""
+        notes = self.refusals + [n for n in (self.refused, self.liger_refused) if n]
+        note = (" Note, for " + ("the planned GPU run" if self.elsewhere else "this machine") + ": "
+                + "; ".join(notes)) if notes else ""
+        est = self.est
+        if self.elsewhere and est and "gpu_gib" in est:
             note += (f" The estimate for the GPU run: {est['gpu_gib']['total']:.1f} GiB per GPU (with this config's "
                      "bucket sizes; `cookbook estimate` assumes DeepSpeed's defaults, so it may say more), "
                      f"{est['host_gib']['total']:.1f} GiB of host RAM per machine"
-                     + ("" if plan.host_memory_gib else " (give --host-memory-gib to check it)") + ".")
-        return result("dry_run", "run folder written; the command was not run." + note, command=command,
-                      findings=findings, estimate=est, details=details)
+                     + ("" if self.plan.host_memory_gib else " (give --host-memory-gib to check it)") + ".")
+        return note
 
-    # 4. run, holding the folder's lock (procs.RunLock)
-    from .procs import RunBusyError, RunLock, RUN_ID_ENV
-    try:
-        lock = RunLock.acquire(run_dir, launch_command=command)
-    except RunBusyError as exc:
-        return result("config_error", str(exc), command=command, findings=findings, estimate=est)
-    if lock.note:
-        print(lock.note, file=sys.stderr, flush=True)
-    try:
-        log_dir = run_dir / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for old in log_dir.glob("*.log"):
-            old.unlink()
-        child, added = child_env(plan, env, log_dir=log_dir)
-        child[RUN_ID_ENV] = lock.run_id
-        stale = clear_stale_build_locks()
-        startup = startup_timeout_s if startup_timeout_s is not None else max(hang_timeout_s, 600.0)
-        returncode, hung, ended_by = _run_and_watch(folder.commands, child, log_dir, hang_timeout_s, progress,
-                                                    max_steps, startup, lock=lock)
-    finally:
-        lock.release()
-    if ended_by:
-        status, message, details = ended_by, _ended_message(run_dir, ended_by), {}
-    else:
-        status, message, details = classify(run_dir, returncode, hung, hang_timeout_s, est, plan, on_gpu)
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    metrics_path = run_dir / "metrics.jsonl"
-    metrics = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()] if metrics_path.is_file() else []
-    logs = {"launcher": str(log_dir / "launcher.log")}
-    logs.update({p.stem: str(p) for p in sorted(log_dir.glob("rank*.log"))})
-    details = dict(details, env_added=added, inputs=facts)
-    if stale:
-        details["stale_build_locks_removed"] = stale
-    return result(status, message, command=command, returncode=returncode, summary=summary, metrics=metrics,
-                  log_paths=logs, findings=findings, estimate=est, details=details)
+    # ---- 7. run and collect -----------------------------------------------------------------------
+
+    def start_and_watch(self) -> tuple:
+        """Run the ranks holding the folder's lock (:class:`cookbook.procs.RunLock`); (exit code, hung,
+        ended by, the environment added, stale build locks removed)."""
+        from .procs import RunBusyError, RunLock, RUN_ID_ENV
+        try:
+            lock = RunLock.acquire(self.run_dir, launch_command=self.command)
+        except RunBusyError as exc:
+            self.refuse(str(exc), command=self.command, findings=self.findings, estimate=self.est)
+        if lock.note:
+            print(lock.note, file=sys.stderr, flush=True)
+        watchdog = self.options.watchdog
+        try:
+            log_dir = self.run_dir / "logs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            for old in log_dir.glob("*.log"):
+                old.unlink()
+            child, added = child_env(self.plan, self.options.launcher.env, log_dir=log_dir)
+            child[RUN_ID_ENV] = lock.run_id
+            stale = clear_stale_build_locks()
+            startup = (watchdog.startup_timeout_s if watchdog.startup_timeout_s is not None
+                       else max(watchdog.hang_timeout_s, 600.0))
+            returncode, hung, ended_by = _run_and_watch(self.folder.commands, child, log_dir, watchdog.hang_timeout_s,
+                                                        self.progress, self.max_steps, startup, lock=lock)
+        finally:
+            lock.release()
+        return returncode, hung, ended_by, added, stale
+
+    def collect(self, returncode, hung, ended_by, added, stale) -> RunResult:
+        """The outcome: the status and message (:func:`classify`, or how Ctrl-C / ``cookbook stop`` ended it),
+        ``summary.json``, ``metrics.jsonl`` and the logs."""
+        run_dir, log_dir = self.run_dir, self.run_dir / "logs"
+        if ended_by:
+            status, message, details = ended_by, _ended_message(run_dir, ended_by), {}
+        else:
+            status, message, details = classify(run_dir, returncode, hung, self.options.watchdog.hang_timeout_s,
+                                                self.est, self.plan, self.on_gpu)
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        metrics_path = run_dir / "metrics.jsonl"
+        metrics = ([json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()]
+                   if metrics_path.is_file() else [])
+        logs = {"launcher": str(log_dir / "launcher.log")}
+        logs.update({p.stem: str(p) for p in sorted(log_dir.glob("rank*.log"))})
+        details = dict(details, env_added=added, inputs=self.facts)
+        if stale:
+            details["stale_build_locks_removed"] = stale
+        return self.result(status, message, command=self.command, returncode=returncode, summary=summary,
+                           metrics=metrics, log_paths=logs, findings=self.findings, estimate=self.est, details=details)
+
+
+#: A model of this many parameters or more is "7B+" for :func:`save_16bit_disk_warning`: LLaMA-7B has 6.74e9
+#: (Touvron et al., 2023, Table 2), so the cut sits just below it.
+LARGE_MODEL_PARAMS = 6.5e9
+
+
+def save_16bit_saves(max_steps: int, save_steps: int, *, final_save: bool, verify_save: str) -> int:
+    """How many copies of the 16-bit weights a ``--save-16bit every`` run writes and keeps when nothing rotates:
+    one per intermediate checkpoint (steps ``save_steps, 2·save_steps, ... < max_steps``: ``(max_steps - 1) //
+    save_steps``, as ``cookbook.train._train`` saves them), one in the final checkpoint (``final_save``), and
+    ``final_model/`` copied from it after a verified save (``verify_save`` not ``off``)."""
+    intermediate = (max_steps - 1) // save_steps if save_steps and max_steps else 0
+    return intermediate + (1 if final_save else 0) + (1 if final_save and verify_save != "off" else 0)
+
+
+def save_16bit_disk_warning(plan: Plan, options: RunOptions, max_steps: int | None, run_dir: Path, *,
+                            num_params: int | None) -> str | None:
+    """The warning for a run of a 7B+ model (:data:`LARGE_MODEL_PARAMS`) that gathers the 16-bit model into every
+    checkpoint (``--save-16bit every``, ``--save-steps`` > 0) and keeps them all (no ``--save-total-limit``): the
+    disk its weights take — ``num_params`` × 2 bytes (bf16/fp16; 4 for fp32, the dtype ``save_pretrained`` writes)
+    × :func:`save_16bit_saves`, in GiB — against the free disk of the run folder's file system
+    (``shutil.disk_usage`` of its nearest existing folder). None when the run is not such a run. The DeepSpeed
+    states of each checkpoint come on top (``cookbook estimate`` sizes them)."""
+    import shutil
+    saving = options.saving
+    if (saving.save_16bit != "every" or not saving.save_steps or saving.save_total_limit or not max_steps
+            or not num_params or num_params < LARGE_MODEL_PARAMS):
+        return None
+    saves = save_16bit_saves(max_steps, saving.save_steps, final_save=saving.final_save, verify_save=saving.verify_save)
+    per_param = 4 if plan.precision == "fp32" else 2
+    per_save = num_params * per_param / GIB
+    folder = Path(run_dir)
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free / GIB
+    dtype = "fp32" if per_param == 4 else "16-bit"
+    return (f"[checkpoint] warning: --save-16bit every with --save-steps {saving.save_steps} and no --save-total-limit "
+            f"keeps {saves} copies of the {dtype} weights of this {num_params / 1e9:.1f}e9-parameter model: {saves} × "
+            f"{per_save:.1f} GiB = {saves * per_save:.1f} GiB, plus the DeepSpeed states of each checkpoint; the disk "
+            f"of {folder} has {free:.1f} GiB free. Fix: --save-total-limit 2 (keep the newest two), or --save-16bit "
+            "final (intermediate checkpoints hold only the DeepSpeed state for --resume)")
 
 
 def _ended_message(run_dir: Path, ended_by: str) -> str:
@@ -1164,42 +1312,109 @@ def _ended_message(run_dir: Path, ended_by: str) -> str:
     return f"{how} {where}; {resume_hint(run_dir)}"
 
 
+class _Progress:
+    """Rank 0's steps shown live: on a terminal one tqdm line redrawn in place (steps, loss, tokens/s); elsewhere —
+    a notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every redraw
+    would stay in the output, so a plain line every tenth of the run (at most ~11 lines). Nothing when off."""
+
+    def __init__(self, progress: bool, max_steps: int):
+        from .hardware import terminal_progress
+        self.bar, self.every, self.max_steps = None, None, max_steps
+        if progress and terminal_progress(sys.stderr):
+            from tqdm.std import tqdm
+            self.bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
+        elif progress:
+            self.every = max(1, math.ceil(max_steps / 10))
+            print(f"training: {max_steps} steps; a line every {self.every} step(s) (not a terminal: no live bar)",
+                  file=sys.stderr, flush=True)
+
+    def show(self, line: str) -> None:
+        """Show one ``COOKBOOK_STEP {json}`` line of rank 0."""
+        if self.bar is None and not self.every:
+            return
+        row = json.loads(line[len(STEP_PREFIX):])
+        post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+        if row.get("eval_loss") is not None:
+            post["eval_loss"] = f"{row['eval_loss']:.3f}"
+        if self.bar is not None:
+            self.bar.n = row["step"]
+            self.bar.set_postfix(**post)
+            self.bar.refresh()
+        elif row["step"] % self.every == 0 or row["step"] == self.max_steps:
+            print(f"training: step {row['step']}/{self.max_steps}, " + ", ".join(f"{k} {v}" for k, v in post.items()),
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Rank0Log:
+    """The lines rank 0 has added to its log since the last read (a partial last line waits for its end)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.buffer = path, 0, ""
+
+    def new_lines(self) -> list[str] | None:
+        """The complete new lines, or None when the log has not grown (no activity)."""
+        if not self.path.is_file():
+            return None
+        size = self.path.stat().st_size
+        if size <= self.offset:
+            return None
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(size - self.offset).decode("utf-8", "replace")
+        self.offset = size
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        return lines
+
+
+def _building_ops_activity(env: dict, limit: float) -> float | None:
+    """Seconds since the latest write into a DeepSpeed op's build folder when that is within ``limit``, else None:
+    a cold async_io or CPU Adam build on a loaded machine takes longer than the startup limit, and is progress
+    (:func:`cookbook.procs.building_ops`)."""
+    from .procs import building_ops
+    ext = env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
+    writes = [b["last_write_s"] for b in building_ops(ext)]
+    return min(writes) if writes and min(writes) < limit else None
+
+
+def _start_launchers(commands, env, launcher_log, lock, procs: list) -> None:
+    """Start each launcher in its own process group with this interpreter (the displayed command says
+    ``accelerate launch``, the same entry point), appending it to ``procs`` as it starts (a later one failing to
+    start leaves the earlier ones to be stopped); register them with ``lock`` (``cookbook status`` and ``stop``)."""
+    from .procs import child_command, register_live
+    commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
+                else c for c in commands]
+    for c in commands:
+        procs.append(subprocess.Popen(child_command(c), env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+    if lock is not None:
+        register_live(lock.run_id, procs)
+        # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
+        lock.update(launcher_pids=[p.pid for p in procs],
+                    torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
+
+
 def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress: bool,
                    max_steps: int, startup_timeout_s: float, lock=None) -> tuple[int | None, bool, str | None]:
     """Run the launcher(s) in new process groups, each dying with this thread (parent-death signal,
-    :mod:`cookbook.procs`); stream rank 0's steps; keep ``lock``'s heartbeat; stop everything on a
-    hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
+    :mod:`cookbook.procs`); stream rank 0's steps (:class:`_Progress`); keep ``lock``'s heartbeat; stop everything
+    on a hang or Ctrl-C. Returns (exit code, hung, ``interrupted``/``stopped``/None).
 
-    ``progress`` on a terminal: one tqdm line redrawn in place (steps, loss, tokens/s). Elsewhere — a
-    notebook cell, papermill's executions, a pipe (:func:`cookbook.hardware.terminal_progress`) — every
-    redraw would stay in the output, so a plain line is printed every tenth of the run instead (at most
-    ~11 lines)."""
-    from .hardware import terminal_progress
-    from .procs import child_command, kill_run, register_live, unregister_live
-    bar, every = None, None
-    if progress and terminal_progress(sys.stderr):
-        from tqdm.std import tqdm
-        bar = tqdm(total=max_steps, desc="training", unit="step", file=sys.stderr, mininterval=1.0)
-    elif progress:
-        every = max(1, math.ceil(max_steps / 10))
-        print(f"training: {max_steps} steps; a line every {every} step(s) (not a terminal: no live bar)",
-              file=sys.stderr, flush=True)
+    Before the first step, initialisation (model build, JIT op builds, process groups) may take minutes in
+    silence: the limit is ``startup_timeout_s``, and a DeepSpeed op still compiling counts as activity; after
+    it, rank 0 silent for ``hang_timeout_s`` is a hang."""
+    from .procs import kill_run, unregister_live
+    shown = _Progress(progress, max_steps)
     launcher_log = open(log_dir / "launcher.log", "ab")
-    # run with this interpreter (the displayed command says `accelerate launch`, the same entry point)
-    commands = [[sys.executable, "-m", "accelerate.commands.launch", *c[2:]] if c[:2] == ["accelerate", "launch"]
-                else c for c in commands]
-    rank0 = log_dir / "rank0.log"
-    offset, last_activity, hung, buffer, stepped, ended_by = 0, time.time(), False, "", False, None
+    rank0 = _Rank0Log(log_dir / "rank0.log")
+    last_activity, hung, stepped, ended_by = time.time(), False, False, None
     procs = []
     try:
-        for c in commands:
-            procs.append(subprocess.Popen(child_command(c), env=env, stdout=launcher_log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
-        if lock is not None:
-            register_live(lock.run_id, procs)
-            # where the ranks JIT-build DeepSpeed's ops: `cookbook status` says when a build is under way
-            lock.update(launcher_pids=[p.pid for p in procs],
-                        torch_extensions_dir=env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()))
+        _start_launchers(commands, env, launcher_log, lock, procs)
         while any(p.poll() is None for p in procs):
             time.sleep(0.5)
             if lock is not None:
@@ -1208,42 +1423,18 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
                     ended_by = "stopped"
                     _stop(procs)
                     break
-            if rank0.is_file():
-                size = rank0.stat().st_size
-                if size > offset:
-                    with open(rank0, "rb") as f:
-                        f.seek(offset)
-                        chunk = f.read(size - offset).decode("utf-8", "replace")
-                    offset = size
-                    last_activity = time.time()
-                    buffer += chunk
-                    *lines, buffer = buffer.split("\n")
-                    for line in lines:
-                        if line.startswith(STEP_PREFIX):
-                            stepped = True
-                        if line.startswith(STEP_PREFIX) and (bar is not None or every):
-                            row = json.loads(line[len(STEP_PREFIX):])
-                            post = dict(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-                            if row.get("eval_loss") is not None:
-                                post["eval_loss"] = f"{row['eval_loss']:.3f}"
-                            if bar is not None:
-                                bar.n = row["step"]
-                                bar.set_postfix(**post)
-                                bar.refresh()
-                            elif row["step"] % every == 0 or row["step"] == max_steps:
-                                print(f"training: step {row['step']}/{max_steps}, "
-                                      + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr, flush=True)
-            # before the first step, initialisation (model build, JIT op builds, process groups) may
-            # take minutes in silence; after it, a silent rank 0 means a hang
+            lines = rank0.new_lines()
+            if lines is not None:
+                last_activity = time.time()
+            for line in lines or ():
+                if line.startswith(STEP_PREFIX):
+                    stepped = True
+                    shown.show(line)
             limit = hang_timeout_s if stepped else startup_timeout_s
             if time.time() - last_activity > limit and not stepped:
-                # a DeepSpeed op still compiling (its build folder written to within the limit) is progress
-                # too: a cold async_io or CPU Adam build on a loaded machine takes longer than the limit
-                from .procs import building_ops
-                ext = env.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
-                writes = [b["last_write_s"] for b in building_ops(ext)]
-                if writes and min(writes) < limit:
-                    last_activity = max(last_activity, time.time() - min(writes))
+                building = _building_ops_activity(env, limit)
+                if building is not None:
+                    last_activity = max(last_activity, time.time() - building)
             if time.time() - last_activity > limit:
                 hung = {"limit_s": limit, "phase": "steps" if stepped else "startup"}
                 _stop(procs)
@@ -1256,8 +1447,7 @@ def _run_and_watch(commands, env, log_dir: Path, hang_timeout_s: float, progress
         ended_by = "interrupted"
         _stop(procs)
     finally:
-        if bar is not None:
-            bar.close()
+        shown.close()
         launcher_log.close()
         if lock is not None:  # the sweep: nothing of this run outlives it
             kill_run(lock.run_id)
@@ -1454,36 +1644,48 @@ def _cli_interruptible(args) -> int:
         return 130
 
 
-def _cli(args) -> int:
-    with_config = hasattr(args, "config")
-    if getattr(args, "run_file", None):
-        probe = argparse.ArgumentParser(prog=f"cookbook {args.command}" if getattr(args, "command", None) else "cookbook")
-        _add_launch_arguments(probe, with_config=with_config)
-        try:
-            from_file = load_run_file(args.run_file, probe)
-        except RunFileError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        argv = getattr(args, "_argv", None)
-        explicit = _explicit_dests(argv[1:], with_config) if argv is not None else set()
-        for dest, value in from_file.items():
-            if dest not in explicit:
-                setattr(args, dest, value)
-        # what the run file sets was chosen by the user, as much as a typed flag
-        args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
-        if "lr" in from_file and "lr" not in explicit:
-            args._lr_source = f"run file {args.run_file}"
-    on_gpu = on_gpu_machine()
+def _merge_run_file(args, with_config: bool) -> bool:
+    """Set the run file's options on ``args`` where the command line did not give them (typed flags win);
+    what the file sets counts as typed (``args._typed``). False (after printing the error) for a bad file."""
+    probe = argparse.ArgumentParser(prog=f"cookbook {args.command}" if getattr(args, "command", None) else "cookbook")
+    _add_launch_arguments(probe, with_config=with_config)
+    try:
+        from_file = load_run_file(args.run_file, probe)
+    except RunFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    argv = getattr(args, "_argv", None)
+    explicit = _explicit_dests(argv[1:], with_config) if argv is not None else set()
+    for dest, value in from_file.items():
+        if dest not in explicit:
+            setattr(args, dest, value)
+    # what the run file sets was chosen by the user, as much as a typed flag
+    args._typed = set(getattr(args, "_typed", None) or ()) | set(from_file)
+    if "lr" in from_file and "lr" not in explicit:
+        args._lr_source = f"run file {args.run_file}"
+    return True
+
+
+def _default_world_size(args, on_gpu: bool) -> None:
+    """``--num-processes`` left out: this machine's GPUs on each machine, or 2 CPU ranks for a rehearsal (said on
+    the console; under ``--json`` on stderr, so stdout stays one JSON document)."""
+    from .hardware import default_num_processes, gpu_count
+    gpus = gpu_count() if on_gpu else 0
+    args.num_processes = default_num_processes(args.num_machines, gpus=gpus)
+    if not getattr(args, "quiet", False):
+        print(f"[plan] world size {args.num_processes} (default: "
+              + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
+                 if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)",
+              file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
+
+
+def _plan_from_args(args, on_gpu: bool) -> tuple[Plan, list[str]]:
+    """The :class:`Plan` of the flags, with the defaults chosen for precision and gradient checkpointing and the
+    console notes that say so (printed by the caller once the plan is known to be valid).
+
+    Raises:
+        PlanError: a plan field out of range."""
     rehearsal = is_rehearsal_model(args.model)
-    if args.num_processes is None:  # this machine's GPUs on each machine; 2 CPU ranks for a rehearsal
-        from .hardware import default_num_processes, gpu_count
-        gpus = gpu_count() if on_gpu else 0
-        args.num_processes = default_num_processes(args.num_machines, gpus=gpus)
-        if not getattr(args, "quiet", False):  # under --json on stderr: stdout stays one JSON document
-            print(f"[plan] world size {args.num_processes} (default: "
-                  + (f"this machine's {gpus} GPU(s)" + (f" × {args.num_machines} machines" if args.num_machines > 1 else "")
-                     if gpus else "2 CPU ranks, the rehearsal") + "; --num-processes to choose)",
-                  file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
     precision = args.precision or (default_precision() if on_gpu or rehearsal else "bf16")
     gc = args.gradient_checkpointing
     if gc is None:
@@ -1499,45 +1701,17 @@ def _cli(args) -> int:
                 "the CPU rehearsal of a tiny model gains nothing from recomputation; --gradient-checkpointing to "
                 "turn it on" if not gc else f"a run of {args.model} {'on this GPU box' if on_gpu else 'is planned for GPUs'}: "
                 "~1/3 more compute, far less activation memory; --no-gradient-checkpointing to turn it off") + ")")
-    try:
-        plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
-                    host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
-                    grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
-                    offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
-                    gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
-                    liger=bool(getattr(args, "liger", False)))
-    except PlanError as exc:
-        print(f"error: {user_message(exc, args)}", file=sys.stderr)
-        return 2
-    from .models import ModelNotFoundError, resolve_model_path
-    try:  # a model that cannot be found is the error, before any note about its defaults (--json: the result says it)
-        if not args.json:
-            resolve_model_path(args.model)
-    except ModelNotFoundError as exc:
-        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
-        return 2
-    for line in notes:  # the defaults chosen, once the plan is known to be valid (not before its error)
-        print(line, flush=True)
-    # the options typed (a config value may override only a default) and the flags to name them by
-    stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
-    import contextlib
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        res = launch(plan, args.output_dir, config=getattr(args, "config", None), max_steps=args.max_steps, lr=args.lr,
-                     warmup_steps=args.warmup_steps, save_steps=args.save_steps, resume=args.resume,
-                     dataset=args.dataset, tokenizer=args.tokenizer, seed=args.seed, bf16_states=args.bf16_states,
-                     emulate_gpu_memory_gib=args.emulate_gpu_memory_gib, verify_save=args.verify_save,
-                     final_save=args.final_save, force=args.force, dry_run=getattr(args, "dry_run", False),
-                     hang_timeout_s=args.hang_timeout, startup_timeout_s=args.startup_timeout, progress=args.progress, main_process_ip=args.main_process_ip,
-                     main_process_port=args.main_process_port, trust_remote_code=args.trust_remote_code,
-                     stated=stated, names=getattr(args, "_names", None),
-                     packing=args.packing, dataset_split=args.dataset_split, dataset_fields=args.dataset_fields,
-                     chat_template=args.chat_template, num_epochs=args.num_epochs,
-                     lr_scheduler=args.lr_scheduler, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                     eval_fraction=args.eval_fraction, eval_dataset=args.eval_dataset, eval_steps=args.eval_steps,
-                     save_total_limit=args.save_total_limit, save_16bit=args.save_16bit, report_to=args.report_to,
-                     random_weights=args.random_weights, quiet=args.json, run_file=getattr(args, "run_file", None),
-                     lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None),
-                     attention=getattr(args, "attention", "auto"))
+    plan = Plan(model=args.model, num_gpus=args.num_processes, gpu_memory_gib=args.gpu_memory_gib,
+                host_memory_gib=args.host_memory_gib, seq_len=args.seq_len, micro_batch=args.micro_batch,
+                grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
+                offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
+                gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
+                liger=bool(getattr(args, "liger", False)))
+    return plan, notes
+
+
+def _print_result(res: RunResult, args) -> int:
+    """The result on the console (or as one JSON document with ``--json``); the exit code."""
     if res.status in ("interrupted", "stopped") and not args.json:
         print(res.message, file=sys.stderr, flush=True)  # one line: "interrupted at step N; --resume ..."
         return 130 if res.status == "interrupted" else 143
@@ -1557,6 +1731,40 @@ def _cli(args) -> int:
         if res.log_paths:
             print("logs: " + ", ".join(f"{k}={v}" for k, v in res.log_paths.items()))
     return {"ok": 0, "dry_run": 0, "config_error": 2, "interrupted": 130, "stopped": 143}.get(res.status, 1)
+
+
+def _cli(args) -> int:
+    """``cookbook train`` / ``cookbook launch``: the run file merged under the flags, the plan and the run options
+    (:func:`cookbook.options.from_args`) built from them, :func:`launch`, the result printed."""
+    with_config = hasattr(args, "config")
+    if getattr(args, "run_file", None) and not _merge_run_file(args, with_config):
+        return 2
+    on_gpu = on_gpu_machine()
+    if args.num_processes is None:
+        _default_world_size(args, on_gpu)
+    try:
+        plan, notes = _plan_from_args(args, on_gpu)
+    except PlanError as exc:
+        print(f"error: {user_message(exc, args)}", file=sys.stderr)
+        return 2
+    from .models import ModelNotFoundError, resolve_model_path
+    try:  # a model that cannot be found is the error, before any note about its defaults (--json: the result says it)
+        if not args.json:
+            resolve_model_path(args.model)
+    except ModelNotFoundError as exc:
+        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+        return 2
+    for line in notes:  # the defaults chosen, once the plan is known to be valid (not before its error)
+        print(line, flush=True)
+    # the options typed (a config value may override only a default) and the flags to name them by
+    stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
+    origin = Origin(stated=stated, names=getattr(args, "_names", None), run_file=getattr(args, "run_file", None),
+                    lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
+    import contextlib
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        res = launch(plan, args.output_dir, from_args(args), config=getattr(args, "config", None),
+                     dry_run=getattr(args, "dry_run", False), progress=args.progress, quiet=args.json, origin=origin)
+    return _print_result(res, args)
 
 
 def register(subparsers) -> None:

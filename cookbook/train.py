@@ -57,12 +57,9 @@ class TrainInputError(ValueError):
     """Bad input to the training entry; the message names the option, the value and the fix."""
 
 
-#: ``--report-to`` choices: Accelerate trackers the cookbook wires up (``accelerate.tracking``).
-REPORT_TO = ("none", "tensorboard")
-#: ``--save-16bit`` choices: gather the 16-bit model at every checkpoint, or only at the final save.
-SAVE_16BIT = ("every", "final")
-#: The default ``--warmup-ratio``: 5% of the steps.
-DEFAULT_WARMUP_RATIO = 0.05
+# the choices and defaults of the run options live in cookbook.options (one place for flags, run files, launch())
+from .options import DEFAULT_WARMUP_RATIO, REPORT_TO, SAVE_16BIT, VERIFY_SAVE  # noqa: E402,F401
+from .options import default as _default  # noqa: E402
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,19 +68,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-qwen2",
                    help="local folder with config.json and weights, a hub id in your Hugging Face cache, or a "
                         "shipped architecture name (random weights: qwen-14b, llama-7b, ...; tiny-qwen2 for rehearsals)")
-    p.add_argument("--tokenizer", default=None,
+    p.add_argument("--tokenizer", default=_default("tokenizer"),
                    help="tokenizer folder; 'shipped' for the shipped 2,048-token tokenizer on purpose (default: the "
                         "model folder's own; shipped architectures use the shipped one)")
     p.add_argument("--random-weights", action="store_true",
                    help="train a model that has no weights (a shipped architecture, a config-only folder) from random "
                         "initialisation on a GPU box, on purpose: memory and speed are real, the result is not")
-    p.add_argument("--dataset", default=None,
+    p.add_argument("--dataset", default=_default("dataset"),
                    help="JSONL/JSON/parquet/csv file, a datasets folder, or a datasets hub id already in the local cache; "
                         "formats: Alpaca, chat messages, ShareGPT, prompt/completion, text (default: shipped chats)")
-    p.add_argument("--dataset-split", default=None, help="split of a hub id or DatasetDict folder (default: train)")
-    p.add_argument("--dataset-fields", default=None,
+    p.add_argument("--dataset-split", default=_default("dataset_split"), help="split of a hub id or DatasetDict folder (default: train)")
+    p.add_argument("--dataset-fields", default=_default("dataset_fields"),
                    help="your field names, standard=yours, e.g. messages=dialog,role=speaker,content=text,assistant=bot")
-    p.add_argument("--chat-template", default=None,
+    p.add_argument("--chat-template", default=_default("chat_template"),
                    help="Jinja chat template file for chat data (default: the tokenizer's own)")
     pk = p.add_mutually_exclusive_group()
     pk.add_argument("--packing", dest="packing", action="store_true", default=None,
@@ -92,7 +89,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     pk.add_argument("--no-packing", dest="packing", action="store_false",
                     help="one example per row, padded to the longest row of its micro batch")
     from .attention import CHOICES as ATTENTION_CHOICES
-    p.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default=_default("attention"),
                    help="attention implementation (transformers' attn_implementation; default auto): auto takes "
                         "flash-attn when installed, else flex for packed rows on a GPU, else sdpa; the console's "
                         "[attention] line says which and why. eager: transformers' plain PyTorch attention")
@@ -104,25 +101,25 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--seq-len", type=int, default=128,
                    help="tokens per row: packed rows hold exactly this many; without packing, examples are cut to it")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=float, default=_default("lr"),
                    help="peak learning rate (AdamW). Required for real models: full fine-tunes of 7B-14B use "
                         "1e-5 - 2e-5. Default only for the shipped tiny models: 3e-3")
-    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default="linear",
+    p.add_argument("--lr-scheduler", choices=LR_SCHEDULERS, default=_default("lr_scheduler"),
                    help="after warm-up: linear decay to 0, cosine to 0, or constant (DeepSpeed WarmupDecayLR / "
                         "WarmupCosineLR / WarmupLR)")
-    p.add_argument("--warmup-ratio", type=float, default=DEFAULT_WARMUP_RATIO,
+    p.add_argument("--warmup-ratio", type=float, default=_default("warmup_ratio"),
                    help="linear warm-up over ceil(ratio x steps) steps (default 0.05)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps; wins over --warmup-ratio")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay")
-    p.add_argument("--max-steps", type=int, default=None,
+    p.add_argument("--warmup-steps", type=int, default=_default("warmup_steps"), help="warm-up steps; wins over --warmup-ratio")
+    p.add_argument("--weight-decay", type=float, default=_default("weight_decay"), help="AdamW weight decay")
+    p.add_argument("--max-steps", type=int, default=_default("max_steps"),
                    help="optimizer steps to run; wins over --num-epochs (default for the tiny models: 40)")
-    p.add_argument("--num-epochs", type=float, default=None,
+    p.add_argument("--num-epochs", type=float, default=_default("num_epochs"),
                    help="passes over the training examples; steps = ceil(epochs x ceil(ceil(examples / (micro batch "
                         "x ranks)) / grad accum)), as the HF Trainer counts them")
-    p.add_argument("--eval-fraction", type=float, default=0.0,
+    p.add_argument("--eval-fraction", type=float, default=_default("eval_fraction"),
                    help="hold out this fraction of the dataset (seeded) for eval loss (e.g. 0.05)")
-    p.add_argument("--eval-dataset", default=None, help="a separate JSONL / datasets folder for eval loss")
-    p.add_argument("--eval-steps", type=int, default=None,
+    p.add_argument("--eval-dataset", default=_default("eval_dataset"), help="a separate JSONL / datasets folder for eval loss")
+    p.add_argument("--eval-steps", type=int, default=_default("eval_steps"),
                    help="eval loss every N steps (and at the last step); default: at the last step only; 0: the same "
                         "(clears a run file's eval-steps; with --eval-fraction 0 and no --eval-dataset: no eval at all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
@@ -140,21 +137,21 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "and `pip install liger-kernel` needed; not ZeRO-3): the full logits are never stored, and "
                         "the memory freed buys a larger --micro-batch (3.4B recipe on 24 GiB with --attention flex: micro 32 instead of 16, 2.06x tokens/s; data/evidence.json)")
     p.add_argument("--output-dir", default="runs/train", help="run folder: metrics, summary, checkpoints, model")
-    p.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
-    p.add_argument("--save-total-limit", type=int, default=None,
+    p.add_argument("--save-steps", type=int, default=_default("save_steps"), help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--save-total-limit", type=int, default=_default("save_total_limit"),
                    help="keep only the newest N complete checkpoints (older ones are deleted after each save)")
-    p.add_argument("--save-16bit", choices=SAVE_16BIT, default="every",
+    p.add_argument("--save-16bit", choices=SAVE_16BIT, default=_default("save_16bit"),
                    help="gather the 16-bit model into every checkpoint, or only into the final one (intermediate "
                         "checkpoints then hold only the DeepSpeed state for --resume; ~28 GB less per save for 14B)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --output-dir")
-    p.add_argument("--seed", type=int, default=1234, help="seed for weights, data order and the eval split")
-    p.add_argument("--verify-save", choices=("full", "shapes", "off"), default="full",
+    p.add_argument("--seed", type=int, default=_default("seed"), help="seed for weights, data order and the eval split")
+    p.add_argument("--verify-save", choices=VERIFY_SAVE, default=_default("verify_save"),
                    help="after saving: reload and compare logits (full), check shapes only, or skip")
     p.add_argument("--no-final-save", dest="final_save", action="store_false", help="do not save the model at the end")
-    p.add_argument("--report-to", choices=REPORT_TO, default="none",
+    p.add_argument("--report-to", choices=REPORT_TO, default=_default("report_to"),
                    help="also log metrics through Accelerate's tracker (tensorboard: OUTPUT_DIR/tensorboard; needs "
                         "`pip install tensorboard`)")
-    p.add_argument("--emulate-gpu-memory-gib", type=float, default=None,
+    p.add_argument("--emulate-gpu-memory-gib", type=float, default=_default("emulate_gpu_memory_gib"),
                    help="cap each rank's GPU memory to emulate a smaller card (e.g. 24 on an H200)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code (off unless asked)")
     p.add_argument("--stop-after-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: simulate a stop
@@ -180,13 +177,13 @@ def add_launch_arguments(p: argparse.ArgumentParser, *, with_config: bool) -> No
                    help="world size: ranks over all machines (default: this machine's GPUs × --num-machines; "
                         "2 CPU processes in a rehearsal)")
     p.add_argument("--num-machines", type=int, default=1, help="machines (each runs num_processes/num_machines ranks)")
-    p.add_argument("--main-process-ip", default="127.0.0.1", help="address of machine 0")
-    p.add_argument("--main-process-port", type=int, default=None, help="port on machine 0 (default: a free one)")
+    p.add_argument("--main-process-ip", default=_default("main_process_ip"), help="address of machine 0")
+    p.add_argument("--main-process-port", type=int, default=_default("main_process_port"), help="port on machine 0 (default: a free one)")
     p.add_argument("--gpu-memory-gib", type=float, default=24.0, help="GPU memory for the pre-launch estimate")
     p.add_argument("--host-memory-gib", type=float, default=None, help="host RAM for the estimate (default: this machine's)")
     p.add_argument("--force", action="store_true", help="launch even when the estimate says it will not fit")
-    p.add_argument("--hang-timeout", type=float, default=900.0, help="seconds without progress before the watchdog stops the run")
-    p.add_argument("--startup-timeout", type=float, default=None, help="the same before the first output (default: max(hang timeout, 600))")
+    p.add_argument("--hang-timeout", type=float, default=_default("hang_timeout"), help="seconds without progress before the watchdog stops the run")
+    p.add_argument("--startup-timeout", type=float, default=_default("startup_timeout"), help="the same before the first output (default: max(hang timeout, 600))")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--dry-run", action="store_true", help="check everything, write the run folder and print the command only")
@@ -341,7 +338,9 @@ def build_datasets(args, tok) -> tuple:
 
     Facts: ``records``, ``examples``, ``rows``, ``truncated`` (cut to ``--seq-len``), ``format``,
     ``format_description``, ``longer_than_seq_len``, ``eval_examples``, ``eval_truncated``,
-    ``eval_source``, and ``data_report`` (the format and the rows, for the console).
+    ``eval_source``, ``dataset_source`` (``--dataset PATH`` or the shipped chats' file), ``loss_on`` (which tokens
+    carry the loss, :data:`LOSS_ON`), ``loss_tokens`` and ``tokens`` (:func:`loss_tokens`), and ``data_report``
+    (the format and the rows, for the console).
 
     Raises:
         DataError: the data loader's errors; TrainInputError: an eval split that leaves nothing.
@@ -365,7 +364,10 @@ def build_datasets(args, tok) -> tuple:
     rows = make_rows(data, args.seq_len, packing=getattr(args, "packing", None) is not False, seed=args.seed,
                      pad_id=tok.pad_token_id)
     eval_data = tokenize(eval_records, tok, args.seq_len) if eval_records is not None else None
+    trained, tokens = loss_tokens(rows)
     facts = {"records": len(records), "examples": len(data), "rows": len(rows), "truncated": rows.cut,
+             "dataset_source": (f"--dataset {args.dataset}" if args.dataset else f"the shipped chats ({records.source})"),
+             "loss_on": LOSS_ON.get(records.format, "the labelled tokens"), "loss_tokens": trained, "tokens": tokens,
              "format": records.format, "format_description": records.describe(),
              "longer_than_seq_len": data.num_longer,
              "data_report": f"{records.describe()}; {rows.describe()}",
@@ -373,6 +375,24 @@ def build_datasets(args, tok) -> tuple:
              "eval_truncated": eval_data.num_truncated if eval_data is not None else None,
              "eval_source": eval_source}
     return data, rows, eval_data, facts
+
+
+#: Which tokens carry the loss in each record format (:mod:`cookbook.data`'s table; labels elsewhere are -100).
+LOSS_ON = {"messages": "assistant tokens only", "sharegpt": "assistant (gpt) tokens only",
+           "alpaca": "response tokens only (output and end-of-sequence)",
+           "prompt_completion": "completion tokens only (and end-of-sequence)", "text": "every token"}
+
+
+def loss_tokens(rows) -> tuple[int, int]:
+    """(tokens that carry the loss, real tokens) over the training rows, once each (one epoch).
+
+    A token carries the loss where its label is not -100 (:data:`cookbook.data.IGNORE_INDEX`), from the second
+    position of a row on: transformers' causal-LM loss (``ForCausalLMLoss``, loss/loss_utils.py) shifts the labels
+    by one, so a row's first label is never predicted. Real tokens are the tokens that are not padding
+    (``Rows.real_tokens``)."""
+    from .data import IGNORE_INDEX
+    trained = sum(sum(1 for t in y[1:] if t != IGNORE_INDEX) for y in rows.labels)
+    return trained, sum(rows.real_tokens)
 
 
 def resolve_hyperparameters(args, num_examples: int, world_size: int) -> dict:
@@ -522,6 +542,9 @@ def describe_inputs(facts: dict) -> list[str]:
              f"[tokenizer] {facts['tokenizer_source']}; the model's embedding has {facts['model_vocab']:,} rows"]
     data = (f"[data] {facts['examples']:,} training examples"
             + (f" of {facts['records']:,} records" if facts.get("records") not in (None, facts["examples"]) else "")
+            + (f" from {facts['dataset_source']}" if facts.get("dataset_source") else "")
+            + (f"; the loss is on {facts['loss_on']}: {facts['loss_tokens']:,} of {facts['tokens']:,} tokens "
+               f"({100 * facts['loss_tokens'] / facts['tokens']:.1f}%)" if facts.get("tokens") else "")
             + (f"; {facts['truncated']:,} longer than --seq-len {facts['seq_len']} cut to it (packing off)"
                if facts.get("truncated") else ""))
     lines.append(data)
@@ -758,197 +781,368 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(code)
 
 
-def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import torch
-    import torch.distributed as dist
+def _train(args) -> int:
+    """One rank's run, in the shape of torchtune's recipes (recipes/full_finetune_single_device.py: setup, then
+    the training loop of steps, evals and saves, then the end): :class:`_Recipe`."""
+    recipe = _Recipe(args)
+    recipe.setup()
+    recipe.train()
+    recipe.finish()
+    return 0
 
-    cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if cuda:
-        torch.cuda.set_device(local_rank)
-        if args.emulate_gpu_memory_gib:  # before anything is allocated on the GPU
-            total = torch.cuda.get_device_properties(local_rank).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, args.emulate_gpu_memory_gib * GIB / total), local_rank)
 
-    from accelerate import Accelerator
-    from accelerate.utils import DummyOptim, DummyScheduler, InitProcessGroupKwargs, set_seed
-    from transformers import AutoConfig, AutoModelForCausalLM
+class _Recipe:
+    """The steps of one rank's run. :meth:`setup`: the device, Accelerate + DeepSpeed, the model, the rows,
+    the engine, a resume. :meth:`train`: :meth:`step` per optimizer step, eval (:func:`evaluate`) and
+    :meth:`save` when due. :meth:`finish`: the final save, its verification, the summary."""
 
-    from . import checkpoint as ckpt
-    from .data import make_rows, packed_attention_cost_note, packing_attention, sample_order
-    from .models import model_spec, resolve_model_path
+    def __init__(self, args):
+        self.args = args
 
-    # Before Accelerate enables ZeRO-3 init (which would hook the meta-device model count too).
-    expected = int(os.environ.get("WORLD_SIZE", "1"))
-    facts = validate_inputs(args, expected, gpu_box=cuda, keep_data=True)
-    tok, tokenized, eval_data = facts.pop("tokenizer"), facts.pop("data"), facts.pop("eval_data")
+    # ---- setup -----------------------------------------------------------------------------------
 
-    # On a CPU-only machine Accelerate finds no backend for the device and each rank would run alone
-    # (num_processes reads 1): ask for gloo explicitly so the world is real.
-    handlers = [] if cuda else [InitProcessGroupKwargs(backend="gloo")]
-    tracking = {} if args.report_to == "none" else {"log_with": args.report_to, "project_dir": str(args.output_dir)}
-    accelerator = Accelerator(kwargs_handlers=handlers, **tracking)
-    world = accelerator.num_processes
-    if world != expected or (dist.is_initialized() and dist.get_world_size() != expected):
-        raise TrainInputError(f"world size: the launcher started {expected} ranks but Accelerate sees {world}; "
-                              "the ranks would train independently. Launch with `cookbook train`/`cookbook launch`")
-    plugin = accelerator.state.deepspeed_plugin
-    if plugin is None:
-        raise TrainInputError("no DeepSpeed config reached this rank; launch with `cookbook train` "
-                              "(it writes the Accelerate config with distributed_type: DEEPSPEED)")
-    ds_config = plugin.deepspeed_config
-    if isinstance(ds_config.get("scheduler"), dict):  # what runs (DummyScheduler below), for the summary
-        from .dsconfig import SCHEDULER_KINDS, describe_scheduler
-        hp, sched = facts["hyperparameters"], ds_config["scheduler"]
-        opt_lr = ((ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
-        hp.update(scheduler=describe_scheduler(sched, opt_lr if isinstance(opt_lr, (int, float)) else args.lr),
-                  scheduler_source="ds_config.json: scheduler")
-        hp["lr_scheduler"] = args.lr_scheduler = SCHEDULER_KINDS.get(sched.get("type")) or str(sched.get("type"))
-    out = Path(args.output_dir)
-    set_seed(args.seed)
+    def setup(self) -> None:
+        self.setup_device()
+        self.setup_accelerator()
+        self.setup_model()
+        self.setup_rows()
+        self.setup_engine()
+        self.resume()
 
-    # ---- model ------------------------------------------------------------------------------
-    spec = model_spec(str(args.model), args.trust_remote_code)
-    folder, _ = resolve_model_path(args.model)
-    if getattr(args, "liger", False):  # before the model is built: liger patches the model class
-        from . import liger
-        stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
-        found = liger.problems(model_type=spec.model_type, zero_stage=stage, on_gpu=cuda)
-        if found:
-            raise TrainInputError("; ".join(found))
+    def setup_device(self) -> None:
+        """Offline hub, this rank's GPU and, with ``--emulate-gpu-memory-gib``, its memory cap
+        (``torch.cuda.set_per_process_memory_fraction``, before anything is allocated on the GPU)."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import torch
+        args = self.args
+        self.cuda = torch.cuda.is_available()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if self.cuda:
+            torch.cuda.set_device(self.local_rank)
+            if args.emulate_gpu_memory_gib:
+                total = torch.cuda.get_device_properties(self.local_rank).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, args.emulate_gpu_memory_gib * GIB / total),
+                                                           self.local_rank)
+
+    def setup_accelerator(self) -> None:
+        """The inputs validated (before Accelerate enables ZeRO-3 init, which would hook the meta-device model
+        count too); the Accelerator with its DeepSpeed plugin; the world size checked; the config's scheduler."""
+        import torch.distributed as dist
+        from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs, set_seed
+        args = self.args
+        expected = int(os.environ.get("WORLD_SIZE", "1"))
+        self.facts = facts = validate_inputs(args, expected, gpu_box=self.cuda, keep_data=True)
+        self.tok, self.tokenized, self.eval_data = facts.pop("tokenizer"), facts.pop("data"), facts.pop("eval_data")
+        # On a CPU-only machine Accelerate finds no backend for the device and each rank would run alone
+        # (num_processes reads 1): ask for gloo explicitly so the world is real.
+        handlers = [] if self.cuda else [InitProcessGroupKwargs(backend="gloo")]
+        tracking = {} if args.report_to == "none" else {"log_with": args.report_to, "project_dir": str(args.output_dir)}
+        self.accelerator = Accelerator(kwargs_handlers=handlers, **tracking)
+        self.world = world = self.accelerator.num_processes
+        if world != expected or (dist.is_initialized() and dist.get_world_size() != expected):
+            raise TrainInputError(f"world size: the launcher started {expected} ranks but Accelerate sees {world}; "
+                                  "the ranks would train independently. Launch with `cookbook train`/`cookbook launch`")
+        plugin = self.accelerator.state.deepspeed_plugin
+        if plugin is None:
+            raise TrainInputError("no DeepSpeed config reached this rank; launch with `cookbook train` "
+                                  "(it writes the Accelerate config with distributed_type: DEEPSPEED)")
+        self.ds_config = ds_config = plugin.deepspeed_config
+        if isinstance(ds_config.get("scheduler"), dict):  # what runs (DummyScheduler below), for the summary
+            from .dsconfig import SCHEDULER_KINDS, describe_scheduler
+            hp, sched = facts["hyperparameters"], ds_config["scheduler"]
+            opt_lr = ((ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
+            hp.update(scheduler=describe_scheduler(sched, opt_lr if isinstance(opt_lr, (int, float)) else args.lr),
+                      scheduler_source="ds_config.json: scheduler")
+            hp["lr_scheduler"] = args.lr_scheduler = SCHEDULER_KINDS.get(sched.get("type")) or str(sched.get("type"))
+        self.out = Path(args.output_dir)
+        set_seed(args.seed)
+
+    def setup_model(self) -> None:
+        """Liger's patch (before the model is built), the precision, the attention kernel, the model (its weights
+        or a random initialisation), gradient checkpointing."""
+        import torch
+        from .models import model_spec
+        args, accelerator, ds_config = self.args, self.accelerator, self.ds_config
+        self.spec = spec = model_spec(str(args.model), args.trust_remote_code)
+        if getattr(args, "liger", False):
+            from . import liger
+            stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+            found = liger.problems(model_type=spec.model_type, zero_stage=stage, on_gpu=self.cuda)
+            if found:
+                raise TrainInputError("; ".join(found))
+            try:
+                _print_rank0(accelerator, f"[liger] {liger.apply_liger(spec.model_type)}")
+            except liger.LigerError as exc:
+                raise TrainInputError(str(exc)) from None
+        self.precision = ("bf16" if ds_config.get("bf16", {}).get("enabled") else
+                          "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32")
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[self.precision]
+        _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with "
+                     "--trust-remote-code)" if args.trust_remote_code else "[model] trust_remote_code=False: only "
+                     "transformers' own modelling code runs")
+        from .attention import AttentionError, choose
         try:
-            _print_rank0(accelerator, f"[liger] {liger.apply_liger(spec.model_type)}")
-        except liger.LigerError as exc:
+            attn_impl, attn_why = choose(getattr(args, "attention", "auto"), on_gpu=self.cuda, packing=args.packing)
+        except AttentionError as exc:
             raise TrainInputError(str(exc)) from None
-    precision = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
-    _print_rank0(accelerator, "[model] trust_remote_code=True: the model's own Python code runs (asked for with "
-                 "--trust-remote-code)" if args.trust_remote_code else "[model] trust_remote_code=False: only "
-                 "transformers' own modelling code runs")
-    from .attention import AttentionError, choose
-    try:
-        attn_impl, attn_why = choose(getattr(args, "attention", "auto"), on_gpu=cuda, packing=args.packing)
-    except AttentionError as exc:
-        raise TrainInputError(str(exc)) from None
-    _print_rank0(accelerator, f"[attention] {attn_impl} ({attn_why})")
-    if spec.has_weights:
-        with quiet_loading_bars():  # the rank's stderr is its log file: no "Loading weights" redraws there
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_safetensors=None, attn_implementation=attn_impl,
-                                                         trust_remote_code=args.trust_remote_code, local_files_only=True)
-        safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
-        origin = f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
-    else:
+        _print_rank0(accelerator, f"[attention] {attn_impl} ({attn_why})")
+        self.model, origin = self.build_model(attn_impl)
+        _print_rank0(accelerator, f"[model] {args.model}: {spec.num_params:,} parameters, {origin}, {self.precision}")
+        self.gradient_checkpointing = (args.gradient_checkpointing if args.gradient_checkpointing is not None else
+                                       default_gradient_checkpointing(args.model, self.cuda))
+        _print_rank0(accelerator, f"[model] gradient checkpointing {'on' if self.gradient_checkpointing else 'off'}")
+        if self.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.config.use_cache = False
+
+    def build_model(self, attn_impl: str):
+        """(the model, where its weights came from): its weights (safetensors, or ``torch.load`` with
+        ``weights_only=True``), or a random initialisation of the architecture."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from .models import resolve_model_path
+        args = self.args
+        folder, _ = resolve_model_path(args.model)
+        if self.spec.has_weights:
+            with quiet_loading_bars():  # the rank's stderr is its log file: no "Loading weights" redraws there
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype, use_safetensors=None,
+                                                             attn_implementation=attn_impl,
+                                                             trust_remote_code=args.trust_remote_code,
+                                                             local_files_only=True)
+            safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
+            return model, f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
         config = AutoConfig.from_pretrained(folder, trust_remote_code=args.trust_remote_code, local_files_only=True)
         torch.manual_seed(args.seed)
-        zero3 = (ds_config.get("zero_optimization") or {}).get("stage") == 3
+        zero3 = (self.ds_config.get("zero_optimization") or {}).get("stage") == 3
         # Random init on the GPU when the whole model lives there anyway (ZeRO-0/1/2): initialising
         # 3.4e9 parameters on the CPU took ~3 minutes on the H200 box. ZeRO-3 builds under zero.Init.
-        with torch.device(accelerator.device if cuda and not zero3 else "cpu"):
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=args.trust_remote_code,
+        with torch.device(self.accelerator.device if self.cuda and not zero3 else "cpu"):
+            model = AutoModelForCausalLM.from_config(config, dtype=self.dtype, trust_remote_code=args.trust_remote_code,
                                                      attn_implementation=attn_impl)
-        origin = "random weights (architecture only)"
-    _print_rank0(accelerator, f"[model] {args.model}: {spec.num_params:,} parameters, {origin}, {precision}")
-    gradient_checkpointing = args.gradient_checkpointing if args.gradient_checkpointing is not None else \
-        default_gradient_checkpointing(args.model, cuda)
-    _print_rank0(accelerator, f"[model] gradient checkpointing {'on' if gradient_checkpointing else 'off'}")
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
+        return model, "random weights (architecture only)"
 
-    # ---- data: packed rows, or one example per row ---------------------------------------------
-    attention = packing_attention(model)
-    if args.packing is None:
-        packing = attention["within_examples"]
-        why = ("default: the attention keeps packed examples apart" if packing else
-               "default off: the attention would let packed examples see each other; --packing packs anyway")
-    else:
-        packing = bool(args.packing)
-        why = "--packing" if packing else "--no-packing"
-    data = make_rows(tokenized, args.seq_len, packing=packing, seed=args.seed, pad_id=tok.pad_token_id)
-    flatten = packing and attention["flatten"]
-    facts.update(rows=len(data), truncated=data.cut,
-                 epochs=round(args.max_steps * facts["global_batch"] / len(data), 2))
-    _print_rank0(accelerator, f"[data] {args.dataset or 'shipped data/chats.jsonl'}: {facts['examples']:,} examples, "
-                 f"{facts['format_description']}; {data.describe()} ({why})")
-    _print_rank0(accelerator, f"[data] global batch {facts['global_batch']} rows of {args.seq_len} token slots, "
-                 f"{facts['epochs']} epochs over {args.max_steps} steps")
-    facts["small_dataset"] = small_dataset_note(len(data), facts["global_batch"], micro_batch=args.micro_batch,
-                                                grad_accum=args.grad_accum, world_size=world)
-    if facts["small_dataset"]:
-        _print_rank0(accelerator, f"[data] NOTE: {facts['small_dataset']['message']}")
-    _print_rank0(accelerator, "[attention] " + (attention["how"] if packing else
-                 f"{attention['implementation']}: no packing, one example per row; padding is masked by attention_mask"))
-    if packing and not attention["within_examples"]:
-        _print_rank0(accelerator, "[attention] WARNING: packed examples attend to the earlier examples of their row "
-                     "(position_ids restart per example, but the mask does not separate them)")
-    cost = packed_attention_cost_note(attention, packing=packing, on_gpu=accelerator.device.type == "cuda")
-    if cost:
-        attention = dict(attention, cost_note=cost)
-        _print_rank0(accelerator, f"[attention] note: {cost}")
-
-    optimizer = DummyOptim(model.parameters()) if "optimizer" in ds_config else torch.optim.AdamW(model.parameters(), lr=args.lr)
-    scheduler = DummyScheduler(optimizer) if "scheduler" in ds_config else None
-    if scheduler is not None:
-        engine, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    else:
-        engine, optimizer = accelerator.prepare(model, optimizer)
-
-    device_budget = None
-    if not cuda and args.emulate_gpu_memory_gib:
-        device_budget = check_device_budget(engine, ds_config, args.emulate_gpu_memory_gib)
-        _print_rank0(accelerator, f"[budget] device-resident model states per rank: "
-                     + ", ".join(f"{k} {v:.4f} GiB" for k, v in device_budget.items())
-                     + f" (budget {args.emulate_gpu_memory_gib:.4g} GiB)")
-    part = zero_partition_numel(engine)
-    shares = [None] * world
-    dist.all_gather_object(shares, part["numel"])
-    _print_rank0(accelerator, f"[zero] stage {ds_config['zero_optimization'].get('stage', 0) if 'zero_optimization' in ds_config else 0}, "
-                 f"world size {world}: {part['kind']} per rank {shares} of {part['full_numel']:,}")
-
-    # ---- resume -----------------------------------------------------------------------------
-    ckpt_root = out / "checkpoints"
-    start_step = 0
-    resumed_from = None
-    if args.resume:
-        found, messages = ckpt.find_resumable(ckpt_root)
-        for m in messages:
-            _print_rank0(accelerator, f"[resume] {m}")
-        if found is None:
-            _print_rank0(accelerator, f"[resume] no complete checkpoint in {ckpt_root}: starting from step 0")
+    def setup_rows(self) -> None:
+        """Packed rows, or one example per row: packing decided for good once the model's attention is known
+        (:func:`cookbook.data.packing_attention`); what the rows hold and how attention treats them, said."""
+        from .data import make_rows, packed_attention_cost_note, packing_attention
+        args, accelerator, facts = self.args, self.accelerator, self.facts
+        attention = packing_attention(self.model)
+        if args.packing is None:
+            packing = attention["within_examples"]
+            why = ("default: the attention keeps packed examples apart" if packing else
+                   "default off: the attention would let packed examples see each other; --packing packs anyway")
         else:
-            accelerator.load_state(str(found / "deepspeed"))
-            start_step = ckpt.checkpoint_step(found)
-            resumed_from = str(found)
-            _print_rank0(accelerator, f"[resume] continuing from {found.name} (step {start_step})")
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        ckpt.atomic_write_text(out / "run.json", json.dumps(
-            {"fingerprint": dict(run_fingerprint(args), world_size=world), "args": vars(args)}, indent=1, default=str))
-        metrics_path = out / "metrics.jsonl"
-        kept = []
-        if args.resume and metrics_path.is_file():  # drop rows past the checkpoint: they will be redone
-            kept = [l for l in metrics_path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= start_step]
-        ckpt.atomic_write_text(metrics_path, "".join(l + "\n" for l in kept))
-    accelerator.wait_for_everyone()
+            packing = bool(args.packing)
+            why = "--packing" if packing else "--no-packing"
+        self.data = data = make_rows(self.tokenized, args.seq_len, packing=packing, seed=args.seed,
+                                     pad_id=self.tok.pad_token_id)
+        self.packing, self.packing_reason = packing, why
+        self.flatten = packing and attention["flatten"]
+        facts.update(rows=len(data), truncated=data.cut,
+                     epochs=round(args.max_steps * facts["global_batch"] / len(data), 2))
+        trained, tokens = loss_tokens(data)
+        _print_rank0(accelerator, f"[data] {args.dataset or 'shipped data/chats.jsonl'}: {facts['examples']:,} examples, "
+                     f"{facts['format_description']}; {data.describe()} ({why}); the loss is on "
+                     f"{facts.get('loss_on', 'the labelled tokens')}: {trained:,} of {tokens:,} tokens")
+        _print_rank0(accelerator, f"[data] global batch {facts['global_batch']} rows of {args.seq_len} token slots, "
+                     f"{facts['epochs']} epochs over {args.max_steps} steps")
+        facts["small_dataset"] = small_dataset_note(len(data), facts["global_batch"], micro_batch=args.micro_batch,
+                                                    grad_accum=args.grad_accum, world_size=self.world)
+        if facts["small_dataset"]:
+            _print_rank0(accelerator, f"[data] NOTE: {facts['small_dataset']['message']}")
+        _print_rank0(accelerator, "[attention] " + (attention["how"] if packing else
+                     f"{attention['implementation']}: no packing, one example per row; padding is masked by attention_mask"))
+        if packing and not attention["within_examples"]:
+            _print_rank0(accelerator, "[attention] WARNING: packed examples attend to the earlier examples of their row "
+                         "(position_ids restart per example, but the mask does not separate them)")
+        cost = packed_attention_cost_note(attention, packing=packing, on_gpu=accelerator.device.type == "cuda")
+        if cost:
+            attention = dict(attention, cost_note=cost)
+            _print_rank0(accelerator, f"[attention] note: {cost}")
+        self.attention = attention
 
-    # ---- train ------------------------------------------------------------------------------
-    device = accelerator.device
-    G, B = args.grad_accum, args.micro_batch
-    device_name = torch.cuda.get_device_name(local_rank) if cuda else None
-    peak = peak_tflops(device_name)
-    engine.train()
-    rows = []
-    if args.report_to != "none":
-        accelerator.init_trackers(args.report_to, config=tracker_config(args, facts))
-        _print_rank0(accelerator, f"[report] metrics also go to {args.report_to} in {out / args.report_to}")
+    def setup_engine(self) -> None:
+        """The DeepSpeed engine (``accelerator.prepare``; the config's optimizer and scheduler through
+        ``DummyOptim``/``DummyScheduler``), the CPU device budget, each rank's ZeRO partition."""
+        import torch
+        import torch.distributed as dist
+        from accelerate.utils import DummyOptim, DummyScheduler
+        args, accelerator, ds_config, model = self.args, self.accelerator, self.ds_config, self.model
+        optimizer = (DummyOptim(model.parameters()) if "optimizer" in ds_config else
+                     torch.optim.AdamW(model.parameters(), lr=args.lr))
+        scheduler = DummyScheduler(optimizer) if "scheduler" in ds_config else None
+        if scheduler is not None:
+            self.engine, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
+        else:
+            self.engine, self.optimizer = accelerator.prepare(model, optimizer)
+        self.device_budget = None
+        if not self.cuda and args.emulate_gpu_memory_gib:
+            self.device_budget = check_device_budget(self.engine, ds_config, args.emulate_gpu_memory_gib)
+            _print_rank0(accelerator, f"[budget] device-resident model states per rank: "
+                         + ", ".join(f"{k} {v:.4f} GiB" for k, v in self.device_budget.items())
+                         + f" (budget {args.emulate_gpu_memory_gib:.4g} GiB)")
+        self.part = part = zero_partition_numel(self.engine)
+        self.shares = [None] * self.world
+        dist.all_gather_object(self.shares, part["numel"])
+        stage = ds_config["zero_optimization"].get("stage", 0) if "zero_optimization" in ds_config else 0
+        _print_rank0(accelerator, f"[zero] stage {stage}, world size {self.world}: {part['kind']} per rank "
+                     f"{self.shares} of {part['full_numel']:,}")
 
-    def save(step: int, final: bool) -> None:
+    def resume(self) -> None:
+        """With ``--resume``, the newest complete checkpoint loaded; ``run.json`` written and ``metrics.jsonl``
+        cut back to the checkpoint's step (rows past it will be redone)."""
+        from . import checkpoint as ckpt
+        args, accelerator, out = self.args, self.accelerator, self.out
+        self.ckpt_root = ckpt_root = out / "checkpoints"
+        self.start_step, self.resumed_from = 0, None
+        if args.resume:
+            found, messages = ckpt.find_resumable(ckpt_root)
+            for m in messages:
+                _print_rank0(accelerator, f"[resume] {m}")
+            if found is None:
+                _print_rank0(accelerator, f"[resume] no complete checkpoint in {ckpt_root}: starting from step 0")
+            else:
+                accelerator.load_state(str(found / "deepspeed"))
+                self.start_step = ckpt.checkpoint_step(found)
+                self.resumed_from = str(found)
+                _print_rank0(accelerator, f"[resume] continuing from {found.name} (step {self.start_step})")
+        if accelerator.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+            ckpt.atomic_write_text(out / "run.json", json.dumps(
+                {"fingerprint": dict(run_fingerprint(args), world_size=self.world), "args": vars(args)}, indent=1,
+                default=str))
+            metrics_path = out / "metrics.jsonl"
+            kept = []
+            if args.resume and metrics_path.is_file():
+                kept = [l for l in metrics_path.read_text().splitlines()
+                        if l.strip() and json.loads(l)["step"] <= self.start_step]
+            ckpt.atomic_write_text(metrics_path, "".join(l + "\n" for l in kept))
+        accelerator.wait_for_everyone()
+
+    # ---- the training loop -----------------------------------------------------------------------
+
+    def train(self) -> None:
+        """Optimizer steps from the resumed step to ``--max-steps`` (or ``--stop-after-step``): each step's row
+        (with eval loss when due) into ``metrics.jsonl``, the tracker and rank 0's ``COOKBOOK_STEP`` line; a
+        checkpoint every ``--save-steps`` before the last step."""
+        import torch
+        args, accelerator = self.args, self.accelerator
+        self.engine.train()
+        self.rows = []
+        if args.report_to != "none":
+            accelerator.init_trackers(args.report_to, config=tracker_config(args, self.facts))
+            _print_rank0(accelerator, f"[report] metrics also go to {args.report_to} in {self.out / args.report_to}")
+        self.device_name = torch.cuda.get_device_name(self.local_rank) if self.cuda else None
+        self.peak = peak_tflops(self.device_name)
+        self.last_step, self.io_first = self.start_step, None
+        for step in range(self.start_step, args.max_steps):
+            row = self.step(step)
+            if self.due_for_eval(step + 1):
+                ev = evaluate(accelerator, self.engine, self.eval_data, self.tok.pad_token_id, args.micro_batch)
+                row.update(ev)
+                _print_rank0(accelerator, f"[eval] step {step + 1}: eval loss {ev['eval_loss']:.4f} over "
+                             f"{len(self.eval_data)} examples ({ev['eval_tokens']} tokens)")
+            self.record(step, row)
+            if self.device_budget is not None and step == self.start_step:  # Adam states may appear at the first step
+                self.device_budget = check_device_budget(self.engine, self.ds_config, args.emulate_gpu_memory_gib)
+            if args.save_steps and self.last_step % args.save_steps == 0 and self.last_step < args.max_steps:
+                self.save(self.last_step, final=False)
+            if args.stop_after_step and self.last_step >= args.stop_after_step:
+                break
+
+    def due_for_eval(self, step: int) -> bool:
+        args = self.args
+        return self.eval_data is not None and (step == args.max_steps or bool(args.eval_steps and step % args.eval_steps == 0))
+
+    def record(self, step: int, row: dict) -> None:
+        """The step's row to the tracker, ``metrics.jsonl`` and rank 0's ``COOKBOOK_STEP`` line (the launcher's
+        progress reads it)."""
+        args, accelerator = self.args, self.accelerator
+        self.rows.append(row)
+        if args.report_to != "none":
+            accelerator.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step + 1)
+        if step == self.start_step:
+            self.io_first = proc_io_bytes()  # storage I/O after the first step: steady-state traffic is measured from here
+        if accelerator.is_main_process:
+            with open(self.out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(STEP_PREFIX + json.dumps(dict(row, max_steps=args.max_steps)), flush=True)
+        self.last_step = step + 1
+
+    def step(self, step: int) -> dict:
+        """One optimizer step (``--grad-accum`` micro batches of ``--micro-batch`` rows per rank, in the order of
+        :func:`cookbook.data.sample_order`) and its row: loss, lr, grad norm, tokens/s, MFU, peaks, row widths."""
+        import torch
+        import torch.distributed as dist
+        from .data import sample_order
+        args, accelerator, engine, data = self.args, self.accelerator, self.engine, self.data
+        device, G, B, world = accelerator.device, args.grad_accum, args.micro_batch, self.world
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        losses, tokens, slots, row_max, width_max, mb_max = [], 0, 0, 0, 0, 0
+        _inject_fault(step + 1, accelerator.process_index)
+        for micro in range(G):
+            idx = sample_order(len(data), args.seed, step, micro, accelerator.process_index, B, G, world)
+            batch = data.batch(idx, self.tok.pad_token_id, flatten=self.flatten)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with accelerator.accumulate(engine):
+                loss = engine(**batch).loss
+                accelerator.backward(loss)
+            losses.append(loss.detach().float())
+            real = [data.real_tokens[i] for i in idx]
+            tokens += sum(real)
+            slots += batch["input_ids"].numel()
+            row_max, mb_max = max(row_max, max(real)), max(mb_max, sum(real))
+            width_max = max(width_max, batch["input_ids"].numel() // len(idx))
+        if self.cuda:
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        stats = torch.stack([torch.stack(losses).mean(), torch.tensor(float(tokens), device=losses[0].device),
+                             torch.tensor(float(slots), device=losses[0].device)])
+        stats = accelerator.reduce(stats.to(device), reduction="sum")
+        maxes = torch.tensor([float(row_max), float(width_max), float(mb_max)], device=device)
+        if dist.is_initialized():
+            dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
+        return self.step_row(step, dt, float(stats[0]) / world, float(stats[1]), float(stats[2]), maxes)
+
+    def step_row(self, step: int, dt: float, loss_mean: float, global_tokens: float, global_slots: float,
+                 maxes) -> dict:
+        """The metrics row of a step from its wall time ``dt`` (s) and its reduced sums. MFU for the rows that ran:
+        the attention term of 6N + 12·L·h·s with s = the mean row width computed (:func:`flops_per_token`)."""
+        import torch
+        args, engine, spec, cuda = self.args, self.engine, self.spec, self.cuda
+        rows_run = args.micro_batch * args.grad_accum * self.world
+        grad_norm = engine.get_global_grad_norm()
+        grad_norm = float(grad_norm) if grad_norm is not None else None
+        lr = engine.get_lr()[0] if hasattr(engine, "get_lr") else args.lr
+        tps = global_tokens / dt
+        flops_tok = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, global_slots / rows_run)
+        tflops = tps * flops_tok / self.world / 1e12
+        return {"step": step + 1, "loss": round(loss_mean, 6), "lr": lr, "grad_norm": grad_norm,
+                "tokens_per_s": round(tps, 2), "samples_per_s": round(rows_run / dt, 3),
+                "step_time_s": round(dt, 4), "tflops": round(tflops, 4) if cuda else None,
+                "mfu": round(tflops / self.peak, 5) if (cuda and self.peak) else None,
+                "peak_gpu_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
+                "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
+                "host_rss_gib": round(host_rss_gib(), 3),
+                "real_tokens": int(global_tokens), "token_slots": int(global_slots),
+                "packing_efficiency": round(global_tokens / global_slots, 5) if global_slots else None,
+                "row_tokens_mean": round(global_tokens / rows_run, 2), "row_tokens_max": int(maxes[0]),
+                "row_width_max": int(maxes[1]), "micro_batch_tokens_max": int(maxes[2])}
+
+    def save(self, step: int, final: bool) -> None:
+        """A checkpoint of ``step``: the DeepSpeed state (for ``--resume``) and, for the final one or with
+        ``--save-16bit every``, the gathered 16-bit model (under ZeRO-3 a collective: every rank takes the same
+        branch); written to a temporary folder and renamed when complete; older ones rotated out by
+        ``--save-total-limit``."""
+        from . import checkpoint as ckpt
+        args, accelerator, engine, tok, ckpt_root = self.args, self.accelerator, self.engine, self.tok, self.ckpt_root
         tmp = ckpt.tmp_dir(ckpt_root, step)
         accelerator.save_state(str(tmp / "deepspeed"))
         gather = final or args.save_16bit == "every"
-        # gathers 16-bit weights under ZeRO-3: a collective, so every rank takes the same branch
         state_dict = accelerator.get_state_dict(engine) if gather else None
         if accelerator.is_main_process:
             if gather:
@@ -969,116 +1163,52 @@ def _train(args) -> int:  # noqa: C901 - one readable recipe, top to bottom
                     print(f"[checkpoint] removed {name} (--save-total-limit {args.save_total_limit})", flush=True)
         accelerator.wait_for_everyone()
 
-    def due_for_eval(step: int) -> bool:
-        return eval_data is not None and (step == args.max_steps or bool(args.eval_steps and step % args.eval_steps == 0))
+    # ---- the end ---------------------------------------------------------------------------------
 
-    last_step = start_step
-    io_first = None
-    for step in range(start_step, args.max_steps):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        losses, tokens, slots, row_max, width_max, mb_max = [], 0, 0, 0, 0, 0
-        _inject_fault(step + 1, accelerator.process_index)
-        for micro in range(G):
-            idx = sample_order(len(data), args.seed, step, micro, accelerator.process_index, B, G, world)
-            batch = data.batch(idx, tok.pad_token_id, flatten=flatten)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with accelerator.accumulate(engine):
-                loss = engine(**batch).loss
-                accelerator.backward(loss)
-            losses.append(loss.detach().float())
-            real = [data.real_tokens[i] for i in idx]
-            tokens += sum(real)
-            slots += batch["input_ids"].numel()
-            row_max, mb_max = max(row_max, max(real)), max(mb_max, sum(real))
-            width_max = max(width_max, batch["input_ids"].numel() // len(idx))
-        if cuda:
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        stats = torch.stack([torch.stack(losses).mean(), torch.tensor(float(tokens), device=losses[0].device),
-                             torch.tensor(float(slots), device=losses[0].device)])
-        stats = accelerator.reduce(stats.to(device), reduction="sum")
-        maxes = torch.tensor([float(row_max), float(width_max), float(mb_max)], device=device)
-        if dist.is_initialized():
-            dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
-        loss_mean = float(stats[0]) / world
-        global_tokens, global_slots = float(stats[1]), float(stats[2])
-        rows_run = B * G * world
-        grad_norm = engine.get_global_grad_norm()
-        grad_norm = float(grad_norm) if grad_norm is not None else None
-        lr = engine.get_lr()[0] if hasattr(engine, "get_lr") else args.lr
-        tps = global_tokens / dt
-        # MFU for the rows that ran: the attention term of 6N + 12·L·h·s with s = the mean row width computed
-        flops_tok = flops_per_token(spec.num_params, spec.num_layers, spec.hidden_size, global_slots / rows_run)
-        tflops = tps * flops_tok / world / 1e12
-        row = {"step": step + 1, "loss": round(loss_mean, 6), "lr": lr, "grad_norm": grad_norm,
-               "tokens_per_s": round(tps, 2), "samples_per_s": round(rows_run / dt, 3),
-               "step_time_s": round(dt, 4), "tflops": round(tflops, 4) if cuda else None,
-               "mfu": round(tflops / peak, 5) if (cuda and peak) else None,
-               "peak_gpu_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
-               "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
-               "host_rss_gib": round(host_rss_gib(), 3),
-               "real_tokens": int(global_tokens), "token_slots": int(global_slots),
-               "packing_efficiency": round(global_tokens / global_slots, 5) if global_slots else None,
-               "row_tokens_mean": round(global_tokens / rows_run, 2), "row_tokens_max": int(maxes[0]),
-               "row_width_max": int(maxes[1]), "micro_batch_tokens_max": int(maxes[2])}
-        if due_for_eval(step + 1):
-            ev = evaluate(accelerator, engine, eval_data, tok.pad_token_id, B)
-            row.update(ev)
-            _print_rank0(accelerator, f"[eval] step {step + 1}: eval loss {ev['eval_loss']:.4f} over "
-                         f"{len(eval_data)} examples ({ev['eval_tokens']} tokens)")
-        rows.append(row)
-        if args.report_to != "none":
-            accelerator.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step + 1)
-        if step == start_step:
-            io_first = proc_io_bytes()  # storage I/O after the first step: steady-state traffic is measured from here
+    def finish(self) -> None:
+        """The final save and its verification (``final_model/`` copied from the verified checkpoint), each rank's
+        peaks gathered, ``summary.json`` written, the process group torn down."""
+        import torch
+        import torch.distributed as dist
+        args, accelerator, out, cuda = self.args, self.accelerator, self.out, self.cuda
+        io_span = [self.io_first, proc_io_bytes(), self.last_step - self.start_step - 1]
+        finished = self.last_step >= args.max_steps
+        if finished and args.final_save:
+            self.save(self.last_step, final=True)
+        verification = self.verify_final() if finished and args.final_save and args.verify_save != "off" else None
+        host_peaks = [None] * self.world
+        dist.all_gather_object(host_peaks, {"host": socket_name(), "peak": host_peak_rss_gib(), "io": io_span,
+                                            "gpu_alloc": torch.cuda.max_memory_allocated() / GIB if cuda else None,
+                                            "gpu_reserved": torch.cuda.max_memory_reserved() / GIB if cuda else None})
         if accelerator.is_main_process:
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(STEP_PREFIX + json.dumps(dict(row, max_steps=args.max_steps)), flush=True)
-        last_step = step + 1
-        if device_budget is not None and step == start_step:  # Adam states may appear at the first step
-            device_budget = check_device_budget(engine, ds_config, args.emulate_gpu_memory_gib)
-        if args.save_steps and last_step % args.save_steps == 0 and last_step < args.max_steps:
-            save(last_step, final=False)
-        if args.stop_after_step and last_step >= args.stop_after_step:
-            break
+            all_rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+            self.facts.update(packing=self.packing, packing_reason=self.packing_reason, attention=self.attention,
+                              rows_stats=self.data.stats())
+            write_summary(out, args, all_rows, self.world, self.ds_config, self.shares, self.part, host_peaks,
+                          self.facts, self.spec, self.gradient_checkpointing, self.precision, finished,
+                          self.resumed_from, verification, self.device_name)
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
-    io_span = [io_first, proc_io_bytes(), last_step - start_step - 1]
-    finished = last_step >= args.max_steps
-    if finished and args.final_save:
-        save(last_step, final=True)
-
-    # ---- verify the saved model --------------------------------------------------------------
-    verification = None
-    if finished and args.final_save and args.verify_save != "off":
-        verification = verify_saved_model(accelerator, engine, ckpt_root / ckpt.step_name(last_step) / "hf",
-                                          data, tok, dtype, full=args.verify_save == "full", flatten=flatten)
+    def verify_final(self) -> dict:
+        """The final checkpoint's 16-bit model reloaded and compared (:func:`verify_saved_model`); on rank 0,
+        ``final_model/`` replaced by a copy of it (through a temporary folder and a rename)."""
+        from . import checkpoint as ckpt
+        args, accelerator, out = self.args, self.accelerator, self.out
+        hf = self.ckpt_root / ckpt.step_name(self.last_step) / "hf"
+        verification = verify_saved_model(accelerator, self.engine, hf, self.data, self.tok, self.dtype,
+                                          full=args.verify_save == "full", flatten=self.flatten)
         if accelerator.is_main_process:
             import shutil
             final_model = out / "final_model"
             tmp_final = out / ".tmp-final_model"
             shutil.rmtree(tmp_final, ignore_errors=True)
-            shutil.copytree(ckpt_root / ckpt.step_name(last_step) / "hf", tmp_final)
+            shutil.copytree(hf, tmp_final)
             shutil.rmtree(final_model, ignore_errors=True)
             os.rename(tmp_final, final_model)
-
-    # ---- summary ----------------------------------------------------------------------------
-    host_peaks = [None] * world
-    dist.all_gather_object(host_peaks, {"host": socket_name(), "peak": host_peak_rss_gib(), "io": io_span,
-                                        "gpu_alloc": torch.cuda.max_memory_allocated() / GIB if cuda else None,
-                                        "gpu_reserved": torch.cuda.max_memory_reserved() / GIB if cuda else None})
-    if accelerator.is_main_process:
-        all_rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
-        facts.update(packing=packing, packing_reason=why, attention=attention, rows_stats=data.stats())
-        write_summary(out, args, all_rows, world, ds_config, shares, part, host_peaks, facts, spec,
-                      gradient_checkpointing, precision, finished, resumed_from, verification, device_name)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
+        return verification
 
 
 def default_gradient_checkpointing(model: str, on_gpu: bool) -> bool:

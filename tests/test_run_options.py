@@ -5,6 +5,7 @@ tokenizer, fp16 on the CPU rehearsal). Dry runs only: nothing is launched here."
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -262,7 +263,9 @@ def test_console_says_model_source_tokenizer_and_data(tmp_path, capsys):
     n = sum(1 for l in (ROOT / "data" / "chats.jsonl").read_text().splitlines() if l.strip())  # shipped chats
     held = math.ceil(0.05 * n)
     assert f"[data] {n - held:,} training examples of" not in out  # records == examples: said once
-    assert f"[data] {n - held:,} training examples\n" in out  # packed: nothing cut, and no "0 truncated"
+    # packed: nothing cut, and no "0 truncated"; the file and the tokens that carry the loss are named
+    assert re.search(rf"\[data\] {n - held:,} training examples from the shipped chats \({re.escape(str(ROOT / 'data' / 'chats.jsonl'))}\); "
+                     r"the loss is on assistant tokens only: [\d,]+ of [\d,]+ tokens \([\d.]+%\)\n", out)
     assert "truncated" not in out and "example(s) longer than --seq-len 128 were split into pieces of at most 128" in out
     assert "packing on" in out and "rows of exactly 128 tokens" in out
     assert f"{held} records held out of --dataset" in out
