@@ -1080,11 +1080,14 @@ class _Launch:
                       f"{'saved' if flag == '--save-steps' else 'evaluated'} before the last step", flush=True)
         if not is_rehearsal_model(plan.model) and self.caller_typed is not None:
             # only where the command line says what was typed: a Python caller built its Plan on purpose
+            from .dsconfig import config_plan_fields
+            from_config = config_plan_fields(self.config) if self.config is not None else set()
             kept = [f"{flag} {getattr(plan, f)}" for f, flag in (("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
                                                                 ("grad_accum", "--grad-accum"))
-                    if f not in self.caller_typed]
+                    if f not in self.caller_typed and f not in from_config]
             if kept:
-                print(f"[plan] note: {', '.join(kept)} are the defaults (sized for the CPU rehearsal), not chosen for "
+                verb = "is the default" if len(kept) == 1 else "are the defaults"
+                print(f"[plan] note: {', '.join(kept)} {verb} (sized for the CPU rehearsal), not chosen for "
                       f"{plan.model}; `cookbook estimate ... --sweep` finds a batch shape that fits", flush=True)
         if plan.gradient_checkpointing != default_gradient_checkpointing(plan.model, on_gpu):
             print(f"[model] gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}, as the plan says "

@@ -657,3 +657,22 @@ def test_ok_line_says_resumed_from_step(tmp_path):
     assert status == "ok" and message == "resumed from step 6; 12 steps on 2 ranks: loss 7.100 → 6.200, 900 tokens/s"
     (tmp_path / "summary.json").write_text(json.dumps({**summary, "resumed_from": None}))
     assert classify(tmp_path, 0, False, 10, None)[1].startswith("12 steps on 2 ranks")
+
+
+def test_values_from_the_users_config_are_not_called_defaults(tmp_path, capsys):
+    """`cookbook launch --config` with micro 4 × accumulation 8 in the file: only what neither the command line nor
+    the config set (--seq-len) is called the default (issue 31 item 4)."""
+    from cookbook import cli
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8, "train_batch_size": 32,
+           "bf16": {"enabled": False}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                            "offload_param": {"device": "cpu"}}}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    rc = cli.main(["launch", "--config", str(path), "--model", "llama-7b", "--random-weights", "--lr", "1e-5",
+                   "--max-steps", "2", "--num-processes", "1", "--dry-run", "--force",
+                   "--output-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    note = next(line for line in out.splitlines() if line.startswith("[plan] note"))
+    assert "--seq-len 128 is the default" in note   # cookbook train/launch's --seq-len default (train.py)
+    assert "--micro-batch" not in note and "--grad-accum" not in note
