@@ -1003,13 +1003,14 @@ class ErrorBand:
     points: int = 0
 
     def __str__(self) -> str:
-        return f"+{100 * self.fraction:.0f} % ({self.point}, {self.set.replace('_', '-')}, worst of {self.points} points)"
+        return f"+{100 * self.fraction:.0f} % (worst of {self.points} measured runs: {self.point}, {self.set.replace('_', '-')})"
 
 
 @functools.lru_cache(maxsize=4)
-def error_bands(path: str | None = None) -> dict[str, ErrorBand]:
-    """The estimator's measured error bands per quantity (``gpu_reserved``, ``host_rss``), from
-    :data:`ERROR_BANDS_FILE` (or ``path``).
+def error_bands(path: str | None = None) -> dict[str, dict[str, ErrorBand]]:
+    """The estimator's measured error bands, ``{quantity: {family: ErrorBand}}``, from :data:`ERROR_BANDS_FILE` (or
+    ``path``). Quantities ``gpu_reserved``, ``host_rss``; families the estimator's fragmentation keys
+    (:func:`_fragmentation_key`: ``zero012``, ``zero3``, ``zero3_param_offload``) and ``all`` (every point).
 
     Raises:
         EstimateError: the file is missing or lacks a quantity (regenerate it with
@@ -1018,11 +1019,18 @@ def error_bands(path: str | None = None) -> dict[str, ErrorBand]:
     f = Path(path) if path else ERROR_BANDS_FILE
     try:
         data = json.loads(f.read_text())["bands"]
-        return {q: ErrorBand(quantity=q, **{k: data[q][k] for k in ("fraction", "point", "set", "points")})
-                for q in ("gpu_reserved", "host_rss")}
-    except (OSError, KeyError, ValueError) as exc:
+        return {q: {fam: ErrorBand(quantity=q, **{k: v[k] for k in ("fraction", "point", "set", "points")})
+                    for fam, v in data[q].items()} for q in ("gpu_reserved", "host_rss")}
+    except (OSError, KeyError, ValueError, TypeError) as exc:
         raise EstimateError(f"error bands {f}: {exc!r}; regenerate with `python -m benchmarks.calibration "
                             "--write-bands`") from None
+
+
+def error_band(quantity: str, plan: Plan, bands=None) -> ErrorBand:
+    """The band of ``quantity`` for ``plan``'s variant family (:func:`_fragmentation_key` of its ZeRO stage and
+    parameter offload), else the band over every point (``all``)."""
+    b = (bands or error_bands())[quantity]
+    return b.get(_fragmentation_key(plan.zero_stage, plan.offload_param)) or b["all"]
 
 
 @dataclass(frozen=True)
@@ -1048,15 +1056,15 @@ class Headroom:
 
 
 def headroom(e: "MemoryEstimate", bands: Mapping[str, ErrorBand] | None = None) -> Headroom:
-    """The status of estimate ``e`` with the estimator's measured error band per quantity (:func:`error_bands`).
+    """The status of estimate ``e`` with the estimator's measured error band per quantity, for its variant family
+    (:func:`error_band`: the worst measured under-estimate of runs of the same ZeRO stage and parameter offload).
 
     GPU: ``reserved × (1 + band_gpu) + CUDA context <= gpu_memory_gib`` (the band is measured on the reserved peak,
     which the context is not part of); host: ``host peak × (1 + band_host) <= host_memory_gib`` (an unknown host
     RAM counts as room, and ``why`` says so). Estimate within the card but estimate + band not: :data:`AT_EDGE`.
     """
-    b = bands or error_bands()
     p = e.plan
-    gpu_band, host_band = b["gpu_reserved"], b["host_rss"]
+    gpu_band, host_band = error_band("gpu_reserved", p, bands), error_band("host_rss", p, bands)
     gpu_need = None if e.device == "cpu" else e.gpu_reserved_gib * (1 + gpu_band.fraction) + e.gpu_gib.get("cuda_context", 0.0)
     host_need = e.host_gib["total"] * (1 + host_band.fraction)
     if not e.fits:
@@ -1221,9 +1229,14 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
 #: Cost of bf16 optimizer states, in words. Source: data/reference/h200_quality_2026-12-02.json (docs/benchmarks.md
 #: section 13): 3.4B LLaMA shape, 150 steps at lr 2e-5 on one H200, last-20 mean loss 4.82 with bf16 states vs 1.94
 #: with fp32 states (+148 %), curves apart from step 6; bf16's 8-bit mantissa resolves ~0.4 % (2**-8) of a weight,
-#: and an Adam update at lr 2e-5 is ~0.1 % of a 0.02-sized weight.
+#: and an Adam update at lr 2e-5 is ~0.1 % of a 0.02-sized weight. Both runs started from random initialisation (loss
+#: 11.04 at step 1; the record's ``runs``), so the measured gap is that of 150 steps from random weights, not of a
+#: fine-tune from a pretrained checkpoint (the CPU rehearsal's tiny model at lr 3e-3, ``cpu_bf16_states_loss.json``,
+#: showed +4 % over 150 steps: the cost depends on the update-to-weight ratio).
 BF16_STATES_COST = ("bf16 master weights and Adam states: updates smaller than ~0.4% of a weight are rounded away "
-                    "(measured on a 3.4B run at lr 2e-5: loss 4.82 vs 1.94 with fp32 states, mean of steps 131-150, +148%)")
+                    "(measured once, on a 3.4B LLaMA shape from random initialisation, 150 steps at lr 2e-5: loss 4.82 "
+                    "vs 1.94 with fp32 states, mean of steps 131-150, +148%; a fine-tune of pretrained weights was not "
+                    "measured)")
 
 
 #: What ``train``, ``launch`` and ``config`` print when ``--bf16-states`` is given (:data:`BF16_STATES_COST`).
