@@ -1301,13 +1301,15 @@ def _variant_estimate(plan: Plan, variant, b16: bool, *, spec, device) -> Memory
     return estimate(plan.replace(**changes), bf16_states=b16, spec=spec, device=device)
 
 
-def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None) -> list[MemoryEstimate]:
+def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None,
+                nvme: bool = True) -> list[MemoryEstimate]:
     """Every variant considered, in ladder order: the exact ladder (fp32 master weights and Adam states, NVMe
     included), then the bf16-states ladder. ``bf16_states`` True: bf16 states only; False: fp32 only; None: both
     (bf16 needs precision bf16). The policy's ranking is :func:`_policy_rank`."""
     blocks = ([False] if bf16_states is not True else []) + \
         ([True] if bf16_states is not False and plan.precision == "bf16" else [])
-    return [_variant_estimate(plan, v, b16, spec=spec, device=device) for b16 in blocks for v in _ladder(b16)]
+    return [_variant_estimate(plan, v, b16, spec=spec, device=device) for b16 in blocks for v in _ladder(b16)
+            if nvme or "nvme" not in v]
 
 
 def _policy_rank(e: MemoryEstimate) -> int | None:
@@ -1488,7 +1490,8 @@ def _policy_reasons(rec: MemoryEstimate, cands, exact_alt: MemoryEstimate | None
     return tuple(out)
 
 
-def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda", spec=None) -> Decision:
+def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda", spec=None,
+           nvme: bool = True) -> Decision:
     """The ZeRO variant to run ``plan``'s model and batch shape on ``plan``'s machine (GPU count and
     memory, host RAM), with the policy's reasons, or the smallest changes that would make one fit.
 
@@ -1505,7 +1508,8 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
 
     "Room" is the estimate plus its measured error band per quantity (GPU reserved, host RSS;
     :func:`error_bands`). ``bf16_states`` True/False restricts to one kind of states; None considers both (bf16 needs
-    ``plan.precision == "bf16"``). An unknown host RAM counts as room (and is said).
+    ``plan.precision == "bf16"``). An unknown host RAM counts as room (and is said). ``nvme`` False leaves NVMe offload
+    out (no NVMe SSD, or DeepSpeed's async_io op unusable on this machine).
 
     When nothing fits, the changes tried, smallest first: a smaller micro batch (a divisor of micro batch ×
     accumulation, the accumulation raised to keep the global batch exactly), gradient checkpointing on, precision
@@ -1517,7 +1521,7 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     if spec is None:
         from .models import model_spec
         spec = model_spec(plan.model)
-    cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec)
+    cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec, nvme=nvme)
     ranked = _ranked(cands)
     if ranked:
         rec = ranked[0]
@@ -1526,8 +1530,8 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
         other_shape = alt = None
         if rec.bf16_states and bf16_states is None:
             for shaped in _same_global_batch(plan, skip=plan.micro_batch):
-                other_shape = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec)
-                                    if e.status == FITS), None)
+                other_shape = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec,
+                                                           nvme=nvme) if e.status == FITS), None)
                 if other_shape is not None:
                     break
         if rec.bf16_states or rec.status != FITS:
@@ -1541,7 +1545,7 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
                         reasons=_policy_reasons(rec, cands, alt))
 
     def first_fit(p: Plan, b16=bf16_states):
-        r = _ranked(_candidates(p, bf16_states=b16, device=device, spec=spec))
+        r = _ranked(_candidates(p, bf16_states=b16, device=device, spec=spec, nvme=nvme))
         return r[0] if r else None
 
     changes = []
@@ -2077,8 +2081,8 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     edge = "" if pick is None or pick[1].status == FITS else f" AT THE EDGE ({pick[1].headroom.why})"
     if pick is not None and pick[0] == "fp32 states":
         return OffloadChoice(base, False, "fp32 states", f"fp32 states fit{edge}: {need}.", est, (), **extra)
-    more_ram = (f"more host RAM: {g(f32.headroom.host_need_gib)} for fp32 states, {g(b16.headroom.host_need_gib)} "
-                f"with --bf16-states (have {have}; the estimates plus their measured error)")
+    more_ram = (f"more host RAM: {g(f32.host_gib['total'])} for fp32 states, {g(b16.host_gib['total'])} with "
+                f"--bf16-states (have {have}), plus room for the estimator's measured error")
     if pick is not None and pick[0] == "NVMe offload":
         return OffloadChoice(nvme, False, "NVMe offload", f"fp32 states do not fit host RAM with room; NVMe offload "
                              f"keeps them exact on the SSD{edge}: {need}.", est, (more_ram, lora), **extra)
