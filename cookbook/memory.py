@@ -23,8 +23,8 @@ Sources of the formulas (each function repeats the one it uses):
   :attr:`MemoryEstimate.host_model_states_gib`: a number people quote, not the peak.
 * Peaks (``gpu_gib["total"]``, ``host_gib["total"]``): what DeepSpeed 0.19 and PyTorch really allocate,
   read from their source and checked against the measured calibration (details in :func:`estimate`):
-  ZeRO-0/1/2 flatten the 16-bit parameters on the device (initialisation peak 2·p·N; the freed
-  per-tensor blocks stay cached); offload keeps pinned staging buffers, and PyTorch's host caching
+  ZeRO-1/2 flatten the 16-bit parameters on the device when its free memory allows (initialisation peak
+  2·p·N; the freed per-tensor blocks stay cached), else on the CPU (peak p·N; :func:`flattens_on_gpu`); offload keeps pinned staging buffers, and PyTorch's host caching
   allocator rounds every pinned block up to a power of two. Where the 1.5× buffer factor comes from:
   it is the default of the ``additional_buffer_factor`` argument of ``estimate_zero2/3_model_states_mem_needs``,
   documented only as "estimation factor (defaults to 1.5)" and applied to the whole cpu_mem (no
@@ -906,7 +906,9 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
                 reasons.append(f"GPU: the {GPU_COMPONENTS[big_key]} alone are {gpu_gib[big_key]:.1f} GiB per GPU "
                                f"> {plan.gpu_memory_gib:g} GiB, whatever the batch size")
             elif fixed > plan.gpu_memory_gib:
-                what = ("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation"
+                what = (("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation (on the device: "
+                         "gpu_device_gib says its free memory allows it)" if flat_on_gpu else
+                         "the 16-bit parameters (flattened on the CPU, then moved to the GPU)")
                         if init_gib + CUDA_CONTEXT_GIB > plan.gpu_memory_gib else
                         "model states, buckets, gradient staging and allocator cache")
                 reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
@@ -1465,7 +1467,10 @@ def nvme_knobs_line(e: MemoryEstimate) -> str | None:
     if not s or "sub_group_size" not in s:
         return None
     pin = s.get("pin_memory")
-    return (f"NVMe host-RAM knobs (written by cookbook config / train for this machine): sub_group_size "
+    host = e.plan.host_memory_gib
+    where = (f"cookbook config / train write them given --host-memory-gib {host:g}" if host is not None else
+             "DeepSpeed's defaults: give --host-memory-gib to size them")
+    return (f"NVMe host-RAM knobs ({where}): sub_group_size "
             f"{_sci(int(s['sub_group_size']))}, offload_optimizer.buffer_count {s.get('optimizer_buffer_count')}, "
             f"offload_param.max_in_cpu {_sci(int(s.get('max_in_cpu', 0)))}"
             + ("" if pin is None else f", pin_memory {str(bool(pin)).lower()}"))

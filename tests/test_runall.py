@@ -675,8 +675,14 @@ def test_answers_8x4090_row_names_its_host_ram_and_the_recorded_256_gib_box(tmp_
     assert "host RAM assumed: 512 GiB" in row["note"]
     assert f"({recorded:g} GiB, host256_8xrtx4090.json) ZeRO-3 + opt→cpu needs {there.host_gib['total']:.1f} GiB: " \
            "does not fit" in row["note"]
-    assert (f"what fits there: ZeRO-3 + opt→cpu with bf16 states (--bf16-states), host "
-            f"{b16.host_gib['total']:.1f}/{recorded:g} GiB") in row["note"]
+    # issue 31: exact fp32 states first — on the 256 GiB box that is NVMe offload with a lowered sub_group_size
+    # (its knobs sized for 256 GiB), not the lossy bf16 states that fit too
+    nv = memory.estimate(plan.replace(host_memory_gib=recorded, offload_optimizer="nvme", offload_param="nvme",
+                                      nvme_path="/local_nvme"))
+    assert nv.status == "fits" and nv.nvme["settings"]["sub_group_size"] < 10 ** 9
+    assert (f"what the cookbook's policy picks there (exact fp32 states first, with room for the estimator's measured "
+            f"error): ZeRO-3 + opt→nvme + param→nvme with fp32 states, host {nv.host_gib['total']:.1f}/{recorded:g} GiB, "
+            "fits") in row["note"]
 
 
 def _floor(n, mb, ga, seq, c):
