@@ -271,11 +271,15 @@ def test_choose_variant_takes_the_first_that_fits():
     chosen, ladder = memory.choose_variant(machine)
     assert chosen.plan.label == "ZeRO-3 + opt→cpu"
     assert [e.fits for e in ladder][:3] == [False, False, False]
-    # 256 GiB: CPU offload needs 326+ GiB, and NVMe offload still pins DeepSpeed's optimizer swap buffers
-    # (4 × a 1e9-element fp32 sub-group) and a 16-bit gradient buffer on each of the 8 ranks: ~364 GiB
+    # 256 GiB: CPU offload needs 326+ GiB; NVMe offload at DeepSpeed's sub_group_size 1e9 pins the optimizer swap
+    # buffers (4 × a 1e9-element fp32 sub-group) and a 16-bit gradient buffer on each of the 8 ranks, ~372 GiB; issue
+    # 31: the estimate sizes sub_group_size for the machine (5e8 here, what `cookbook config` writes), and then fits
     small, ladder = memory.choose_variant(machine.replace(host_memory_gib=256))
     nvme = ladder[-1]
-    assert small is None and nvme.plan.label == "ZeRO-3 + opt→nvme + param→nvme" and nvme.host_gib["total"] > 256
+    default = memory.estimate(nvme.plan, nvme_knobs={"sub_group_size": 10 ** 9, "max_in_cpu": 10 ** 9,
+                                                     "pin_memory": True})
+    assert default.host_gib["total"] > 256 and nvme.nvme["settings"]["sub_group_size"] == 5 * 10 ** 8
+    assert small is nvme and nvme.plan.label == "ZeRO-3 + opt→nvme + param→nvme" and nvme.host_gib["total"] < 256
     assert memory.choose_variant(machine.replace(host_memory_gib=64))[0] is None
 
 
