@@ -1207,7 +1207,9 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
           spec=None, device: str = "cuda") -> SweepResult:
     """Estimate ``plan`` under each ZeRO variant ``(zero_stage, offload_optimizer, offload_param)``.
 
-    Variants with NVMe get ``nvme_path="/local_nvme"`` when the plan has none (a label only).
+    Variants with NVMe get ``nvme_path="/local_nvme"`` when the plan has none (a label only), and DeepSpeed's
+    host-RAM knobs sized for the plan's host RAM (:func:`choose_nvme_knobs`, what ``cookbook config`` writes). Each
+    estimate carries its :attr:`MemoryEstimate.status` (the ``status`` column of ``to_frame()``).
 
     Returns:
         a :class:`SweepResult` (``to_frame()``: one row per variant with both verdicts).
@@ -1383,7 +1385,13 @@ class Decision:
 
     def lines(self) -> list[str]:
         """The decision in words, one line per fact."""
-        out = [f"decision for {self._machine()}:"]
+        out = [f"decision for {self._machine()}:",
+               "  every variant, with the estimator's measured error added (fits / at the edge / does not fit):"]
+        for c in self.candidates:
+            mark = "→" if c is self.recommended else " "
+            host = f"{c.host_gib['total']:.1f}" + (f"/{c.plan.host_memory_gib:g}" if c.plan.host_memory_gib else "")
+            out.append(f"  {mark} {c.plan.label}{' (bf16 states, lossy)' if c.bf16_states else ''}: {c.status} — "
+                       f"GPU {c.gpu_gib['total']:.1f}/{c.plan.gpu_memory_gib:g} GiB, host {host} GiB")
         if self.recommended is not None:
             e = self.recommended
             tag = " — LOSSY" if e.bf16_states else ""
