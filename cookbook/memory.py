@@ -956,7 +956,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append("fp32 training: the '16-bit' parameter and gradient rows hold fp32 tensors (4 bytes each)")
     if bf16_states:
         reasons.append("bf16 states: master weights, gradients and Adam m, v in bf16 (half the host RAM; "
-                       "updates below ~0.4% of a weight rounded away: +148% loss measured, docs/benchmarks.md section 13)")
+                       "updates below ~0.4% of a weight rounded away: +148% loss measured from random initialisation over 150 "
+                       "steps, docs/benchmarks.md section 13)")
     if plan.liger:
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
@@ -1064,6 +1065,10 @@ def headroom(e: "MemoryEstimate", bands: Mapping[str, ErrorBand] | None = None) 
     GPU: ``reserved × (1 + band_gpu) + CUDA context <= gpu_memory_gib`` (the band is measured on the reserved peak,
     which the context is not part of); host: ``host peak × (1 + band_host) <= host_memory_gib`` (an unknown host
     RAM counts as room, and ``why`` says so). Estimate within the card but estimate + band not: :data:`AT_EDGE`.
+    Units: GiB (2**30 bytes) throughout.
+
+    Raises:
+        EstimateError: the error bands file is missing or malformed (:func:`error_bands`).
     """
     p = e.plan
     gpu_band, host_band = error_band("gpu_reserved", p, bands), error_band("host_rss", p, bands)

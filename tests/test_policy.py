@@ -131,9 +131,12 @@ def test_1x24_128gib_qwen25_7b_not_recommended_at_0_9_gib_left():
     assert not (r.plan.label == old.plan.label and r.bf16_states)
     assert any(e.plan.label == old.plan.label and e.bf16_states for e in d.at_edge)
     assert not r.bf16_states  # an exact variant has room (NVMe)
-    # the larger micro batch keeps the same margin
-    if d.larger_micro is not None:
-        assert d.larger_micro.status == FITS
+    # the larger micro batch keeps the same margin: the largest divisor shape whose estimate + band fits, by hand
+    shapes = [estimate(r.plan.replace(micro_batch=m, grad_accum=16 // m)) for m in (16, 8, 4)]
+    want = next(e for e in shapes if e.status == FITS and
+                e.gpu_reserved_gib * (1 + band("gpu_reserved", "zero3_param_offload")) + CUDA_CONTEXT_GIB <= 24)
+    assert d.larger_micro is not None and d.larger_micro.plan.micro_batch == want.plan.micro_batch
+    assert all(e.status != FITS for e in shapes if e.plan.micro_batch > want.plan.micro_batch)
 
 
 def test_1x24_64gib_llama7b_gets_an_answer_to_act_on():
