@@ -70,7 +70,8 @@ def estimate_point(data: dict, point: dict, configs: dict | None = None):
     cfg = point.get("deepspeed_config") or configs.get(point["name"].split(":")[0])
     return plan, estimate(plan, bf16_states=point["bf16_states"], spec=spec_of(data, point["spec"]),
                           device=point["device"], ds_config=cfg,
-                          eager_attention=bool(point.get("masked_attention")))
+                          eager_attention=bool(point.get("masked_attention")),
+                          gpu_device_gib=data.get("gpu_device_gib"))
 
 
 def accuracy(folder: Path = CAL_DIR):
@@ -114,6 +115,55 @@ def summary(df):
                     "mean error %": None if err.empty else round(float(err.mean()), 1),
                     f"within ±{TOLERANCE:.0f}% (or right verdict)": f"{int(g['ok'].sum())}/{len(g)}"})
     return pd.DataFrame(out)
+
+
+def error_bands(folder: Path = CAL_DIR) -> dict:
+    """The estimator's measured error band per quantity and variant family, for :func:`cookbook.memory.error_bands`:
+    the largest ``(measured − estimate) / estimate`` over every point that ran (fitting and held-out sets together: a
+    margin must cover the worst case seen), at least 0. Families are the estimator's own fragmentation keys
+    (``cookbook.memory._fragmentation_key``: ``zero012``, ``zero3``, ``zero3_param_offload``), plus ``all`` (every
+    point, for a family without points). ``gpu_reserved``: the reserved peak; a peak read at the cap (within
+    :data:`CAP_SLACK_GIB`) is a lower bound of the real one and counts with the cap. ``host_rss``: the host peak of
+    the machine's ranks."""
+    from cookbook.memory import _fragmentation_key
+    configs = reference_configs()
+    worst: dict = {"gpu_reserved": {}, "host_rss": {}}
+    for data, p, fname in points(folder):
+        if not p.get("ran", True):
+            continue
+        plan, e = estimate_point(data, p, configs)
+        m = p["measured"]
+        pairs = [("host_rss", e.host_gib["total"], m.get("host_peak_gib"))]
+        if e.device == "cuda":
+            pairs.append(("gpu_reserved", e.gpu_reserved_gib, m.get("peak_gpu_reserved_gib")))
+        family = _fragmentation_key(plan.zero_stage, plan.offload_param)
+        for q, est, meas in pairs:
+            if not meas or not est:
+                continue
+            err = (float(meas) - est) / est
+            for key in (family, "all"):
+                frac, point, set_, n = worst[q].get(key, (0.0, "", "", 0))
+                if err > frac:
+                    frac, point, set_ = err, p["name"].split(":")[0], p["set"]
+                worst[q][key] = (frac, point, set_, n + 1)
+    return {q: {k: {"fraction": round(f, 4), "point": pt, "set": st, "points": n}
+                for k, (f, pt, st, n) in sorted(fams.items())} for q, fams in worst.items()}
+
+
+def write_error_bands(path: Path | None = None) -> Path:
+    """Write :func:`error_bands` to ``data/estimate_error_bands.json`` (what ``cookbook.memory`` reads)."""
+    from cookbook.memory import ERROR_BANDS_FILE
+    path = Path(path or ERROR_BANDS_FILE)
+    out = {"description": ("The memory estimator's measured error band per quantity and variant family: the largest "
+                           "(measured − estimate) / estimate over every calibration point of the family that ran "
+                           "(data/calibration/*.json, fitting and held-out sets together; families zero012, zero3, "
+                           "zero3_param_offload as the estimator's fragmentation fit, 'all' for every point); a GPU "
+                           "reserved peak read at the cap counts with the cap. A variant 'fits' when its estimate times "
+                           "(1 + fraction) fits (cookbook.memory.headroom). Written by `python -m benchmarks.calibration "
+                           "--write-bands`; tests/test_policy.py checks it is current."),
+           "bands": error_bands()}
+    path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    return path
 
 
 def from_results(results: Path, date: str) -> dict:
@@ -186,7 +236,12 @@ def main(argv=None) -> int:
     p.add_argument("--from-results", default=None, help="a gpu_bench results.json: write its held-out points")
     p.add_argument("--write", default=None, help="where to write the held-out points (with --from-results)")
     p.add_argument("--date", default="unknown date", help="measurement date for the points' description")
+    p.add_argument("--write-bands", action="store_true",
+                   help="write the estimator's error bands (data/estimate_error_bands.json) from the points")
     a = p.parse_args(argv)
+    if a.write_bands:
+        print(f"wrote {write_error_bands()}")
+        return 0
     if a.from_results:
         pts = from_results(Path(a.from_results), a.date)
         text = json.dumps(pts, indent=1)

@@ -129,9 +129,13 @@ def host_ram_note(target_estimate: Mapping, facts_file: str = RECORDED_8X4090_FA
                 f"{here.host_gib['total']:.1f} GiB: {'fits' if fits_there else 'does not fit'}")
     if not fits_there:
         d = decide(plan.replace(host_memory_gib=float(recorded)))
-        r = d.recommended
-        sentence += (f"; what fits there: {r.plan.label}{' with bf16 states (--bf16-states)' if r.bf16_states else ''}"
-                     f", host {r.host_gib['total']:.1f}/{recorded:g} GiB" if r is not None else
+        r, x = d.recommended, d.exact_alternative
+        exact = (f"; best exact alternative: {x.plan.label}, host {x.host_gib['total']:.1f} GiB, {x.status}"
+                 if d.lossy and x is not None else "")
+        sentence += (f"; what the cookbook's policy picks there (exact fp32 states first, with room for the "
+                     f"estimator's measured error): {r.plan.label}"
+                     f"{' with bf16 states (--bf16-states; LOSSY)' if r.bf16_states else ' with fp32 states'}"
+                     f", host {r.host_gib['total']:.1f}/{recorded:g} GiB, {r.status}{exact}" if r is not None else
                      "; nothing fits there (cookbook estimate --sweep names the smallest change)")
     verdict = (f"{'yes' if assumed is None or target_estimate.get('fits_host') else 'no'}"
                f"{f' at {assumed:g} GiB' if assumed is not None else ''}; {'yes' if fits_there else 'no'} at "

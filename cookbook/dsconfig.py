@@ -599,7 +599,8 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     zero: dict[str, Any] = {"stage": plan.zero_stage}
     if plan.zero_stage > 0:
         buckets = bucket_sizes(spec.hidden_size)
-        pin = not host_memory_short(plan, bf16_states=bf16_states)
+        knobs = _nvme_knobs(plan, spec, bf16_states)
+        pin = knobs["pin_memory"] if knobs else not host_memory_short(plan, bf16_states=bf16_states)
         if plan.offload_optimizer != "none":
             block: dict[str, Any] = {"device": plan.offload_optimizer, "pin_memory": pin}
             if plan.offload_optimizer == "nvme":
@@ -615,7 +616,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
                 block.update(nvme_path=plan.nvme_path,
                              buffer_count=tuned_param.get("buffer_count", NVME_PARAM_BUFFER_COUNT),
                              buffer_size=max(tuned_param.get("buffer_size", NVME_PARAM_MIN_BUFFER_SIZE), need),
-                             max_in_cpu=NVME_PARAM_MAX_IN_CPU)
+                             max_in_cpu=knobs["max_in_cpu"] if knobs else NVME_PARAM_MAX_IN_CPU)
                 # buffer_count: at least what DeepSpeed holds at once (set below, once the stage-3 knobs exist)
             zero["offload_param"] = block
         zero["overlap_comm"] = True
@@ -628,7 +629,7 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
             zero["allgather_bucket_size"] = buckets["reduce_bucket_size"]
             zero["reduce_scatter"] = True
         else:
-            zero["sub_group_size"] = SUB_GROUP_SIZE
+            zero["sub_group_size"] = knobs["sub_group_size"] if knobs else SUB_GROUP_SIZE
             zero["stage3_prefetch_bucket_size"] = val(buckets["stage3_prefetch_bucket_size"])
             zero["stage3_param_persistence_threshold"] = val(buckets["stage3_param_persistence_threshold"])
             zero["stage3_max_live_parameters"] = STAGE3_MAX_LIVE_PARAMETERS
@@ -640,6 +641,28 @@ def build_config(plan: Plan, target: str = "deepspeed", *, lr: float = 2e-5, wei
     if plan.zero_stage == 3 and plan.offload_param == "nvme":
         _bound_nvme_param_cache(plan, cfg, spec)
     return cfg
+
+
+def _nvme_knobs(plan: Plan, spec, bf16_states: bool) -> dict | None:
+    """NVMe offload (ZeRO-3): DeepSpeed's host-RAM knobs sized for the plan's host RAM —
+    :func:`cookbook.memory.choose_nvme_knobs` (``sub_group_size``, ``offload_param.max_in_cpu``, ``pin_memory``;
+    DeepSpeed's defaults when they fit with room or the host RAM is not given), the same settings the estimate and
+    the decision count. None for other plans."""
+    if plan.zero_stage != 3 or "nvme" not in (plan.offload_optimizer, plan.offload_param):
+        return None
+    from .memory import choose_nvme_knobs
+    return dict(choose_nvme_knobs(plan, spec=spec, bf16_states=bf16_states).knobs)
+
+
+def nvme_knobs_note(plan: Plan, *, bf16_states: bool = False) -> str | None:
+    """``[nvme] ...``: the host-RAM knobs an NVMe config was written with and why (``cookbook config`` prints it);
+    None for other plans."""
+    if plan.zero_stage != 3 or "nvme" not in (plan.offload_optimizer, plan.offload_param):
+        return None
+    from .memory import _knob_words, choose_nvme_knobs
+    from .models import model_spec
+    k = choose_nvme_knobs(plan, spec=model_spec(plan.model), bf16_states=bf16_states)
+    return f"[nvme] host-RAM knobs: {_knob_words(k.knobs)} ({k.why})"
 
 
 def _bound_nvme_param_cache(plan: Plan, cfg: dict, spec) -> None:
@@ -1332,8 +1355,12 @@ def _run(args) -> int:
     if args.bf16_states:
         from .memory import BF16_STATES_NOTE
         print(BF16_STATES_NOTE, file=sys.stderr)
+    knobs_note = nvme_knobs_note(plan, bf16_states=args.bf16_states)
+    if knobs_note:
+        print(knobs_note, file=sys.stderr)
     zero = cfg.get("zero_optimization") or {}
-    if any((zero.get(k) or {}).get("pin_memory") is False for k in ("offload_optimizer", "offload_param")):
+    if (any((zero.get(k) or {}).get("pin_memory") is False for k in ("offload_optimizer", "offload_param"))
+            and "pin_memory" not in (knobs_note or "")):
         print(pin_memory_note(plan, bf16_states=args.bf16_states)
               or "[pin_memory] false in zero_optimization.offload_*", file=sys.stderr)
     sched = cfg.get("scheduler")

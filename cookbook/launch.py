@@ -711,8 +711,13 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
         host = plan.host_memory_gib or (None if elsewhere else psutil.virtual_memory().total / GIB)
         eplan = plan.replace(host_memory_gib=host,
                              gpu_memory_gib=emulate_gpu_memory_gib or plan.gpu_memory_gib)
+        # a per-process cap on a larger GPU: DeepSpeed's ZeRO-1/2 flattening check sees the whole device (NVML)
+        device_gib = None
+        if emulate_gpu_memory_gib and on_gpu:
+            from .hardware import nvml_gpus
+            device_gib = next((g.get("memory_gib") for g in nvml_gpus()), None)
         e = estimate(eplan, bf16_states=bf16_states, device="cuda" if gpu_run else "cpu", ds_config=ds_config,
-                     eager_attention=gpu_run and packed_with_mask)
+                     eager_attention=gpu_run and packed_with_mask, gpu_device_gib=device_gib)
         est = e.to_dict()
         if gpu_run and not e.fits_gpu:
             line = f"the estimate needs {e.gpu_gib['total']:.1f} GiB per GPU but a GPU has {eplan.gpu_memory_gib:.1f} GiB"

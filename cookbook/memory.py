@@ -23,8 +23,8 @@ Sources of the formulas (each function repeats the one it uses):
   :attr:`MemoryEstimate.host_model_states_gib`: a number people quote, not the peak.
 * Peaks (``gpu_gib["total"]``, ``host_gib["total"]``): what DeepSpeed 0.19 and PyTorch really allocate,
   read from their source and checked against the measured calibration (details in :func:`estimate`):
-  ZeRO-0/1/2 flatten the 16-bit parameters on the device (initialisation peak 2·p·N; the freed
-  per-tensor blocks stay cached); offload keeps pinned staging buffers, and PyTorch's host caching
+  ZeRO-1/2 flatten the 16-bit parameters on the device when its free memory allows (initialisation peak
+  2·p·N; the freed per-tensor blocks stay cached), else on the CPU (peak p·N; :func:`flattens_on_gpu`); offload keeps pinned staging buffers, and PyTorch's host caching
   allocator rounds every pinned block up to a power of two. Where the 1.5× buffer factor comes from:
   it is the default of the ``additional_buffer_factor`` argument of ``estimate_zero2/3_model_states_mem_needs``,
   documented only as "estimation factor (defaults to 1.5)" and applied to the whole cpu_mem (no
@@ -63,6 +63,7 @@ GiB (≥ 0.85 × cap and still "fits"); host peak within −4% … +0% on every 
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -303,8 +304,20 @@ class MemoryEstimate:
 
     @property
     def fits(self) -> bool:
-        """Both verdicts hold (an unknown host counts as fitting)."""
+        """Both verdicts hold (an unknown host counts as fitting). The estimate alone: :attr:`status` adds the
+        estimator's measured error."""
         return bool(self.fits_gpu) and self.fits_host is not False
+
+    @property
+    def headroom(self) -> "Headroom":
+        """The estimate with its measured error band added (:func:`headroom`)."""
+        return headroom(self)
+
+    @property
+    def status(self) -> str:
+        """``fits`` (room with the measured error band added), ``at the edge`` or ``does not fit``
+        (:func:`headroom`)."""
+        return headroom(self).status
 
     # -- rendering ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -324,6 +337,8 @@ class MemoryEstimate:
             "bf16_states": self.bf16_states,
             "device": self.device,
             "verdict": self.verdict,
+            "status": self.status,
+            "headroom": self.headroom.to_dict(),
             "reasons": list(self.reasons),
             "plan": self.plan.to_dict(),
         }
@@ -397,6 +412,7 @@ class SweepResult:
                 "host states ×1.5 GiB": round(e.host_model_states_gib, 2),
                 "fits GPU": e.fits_gpu,
                 "fits host": e.fits_host,
+                "status": e.status,
                 "why": e.reasons[0] if e.reasons else "",
             })
         return pd.DataFrame(rows)
@@ -587,8 +603,38 @@ def _sub_groups(part_numels: list[int], sub_group_size: int) -> list[int]:
     return groups
 
 
+def flattens_on_gpu(plan: Plan, param_bytes: float, *, gpu_device_gib: float | None = None) -> bool:
+    """Whether DeepSpeed 0.19.8's ZeRO-1/2 optimizer flattens the 16-bit parameters on the GPU (True) or on the CPU.
+
+    Read from ``runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.__init__`` (the loop over
+    ``optimizer.param_groups``, "Flattening param group {i} on ..."): after ``empty_cache()`` it compares
+    ``accelerator.available_memory()`` — on CUDA the device's free memory as NVML reports it
+    (``accelerator/cuda_accelerator.py``, ``available_memory``: ``nvmlDeviceGetMemoryInfo(...).free``) — with the
+    bytes of the flat buffer (``aligned_numel × element_size``). Enough: ``flatten_dense_tensors_aligned`` on the
+    device while every per-tensor parameter still exists (peak 2·p·N). Not enough: each parameter is first copied
+    to the CPU (``param.cpu_data = param.data.cpu()``, ``param.data = torch.empty(1)``), ``empty_cache()`` gives
+    their blocks back, the flat buffer is built on the CPU and moved to the device (peak p·N on the GPU).
+
+    Model (an assumption, not yet measured on a card that takes the CPU path): at the check the GPU holds the CUDA
+    context (:data:`CUDA_CONTEXT_GIB`) and the 16-bit parameters (``engine.py``
+    ``_configure_distributed_model``: ``module.to(device)`` before the optimizer is built), nothing else; NVML's
+    free memory is the device's memory minus both. On a GPU capped per process
+    (``torch.cuda.set_per_process_memory_fraction``, the H200 standing in for a 24 GiB card) NVML sees the whole
+    device, so DeepSpeed flattens on the GPU and the cap's 2·p·N decides: pass ``gpu_device_gib``.
+
+    Args:
+        plan: its ``gpu_memory_gib`` is the card, unless ``gpu_device_gib`` is given.
+        param_bytes: p·N, bytes of the 16-bit parameters on one rank (ZeRO-1/2 keep them all).
+        gpu_device_gib: GiB of the physical device when ``plan.gpu_memory_gib`` is a per-process cap; None: the card.
+    """
+    device = plan.gpu_memory_gib if gpu_device_gib is None else gpu_device_gib
+    free = device * GIB - CUDA_CONTEXT_GIB * GIB - param_bytes
+    return free >= param_bytes
+
+
 def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = "cuda",
-             ds_config: Mapping | None = None, eager_attention: bool = False) -> MemoryEstimate:
+             ds_config: Mapping | None = None, eager_attention: bool = False,
+             nvme_knobs: Mapping | None = None, gpu_device_gib: float | None = None) -> MemoryEstimate:
     """Per-GPU and per-machine host memory of ``plan``, component by component, with verdicts.
 
     Args:
@@ -600,6 +646,11 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
             host RAM, no CUDA context, no pinned memory, no GPU verdict beyond "fits").
         ds_config: a DeepSpeed config dict whose bucket sizes to use (default DeepSpeed's defaults).
         eager_attention: count the attention-score activations (eager attention instead of SDPA).
+        nvme_knobs: NVMe host-RAM settings (``sub_group_size``, ``max_in_cpu``, ``pin_memory``) to estimate with;
+            None: those :func:`choose_nvme_knobs` picks for this machine — what :func:`cookbook.dsconfig.build_config`
+            writes — unless ``ds_config`` is given (its own settings then count).
+        gpu_device_gib: GiB of the physical GPU when ``plan.gpu_memory_gib`` is a per-process cap (an H200 capped
+            at 24 GiB); decides where ZeRO-1/2 flatten the 16-bit parameters (:func:`flattens_on_gpu`).
 
     Model states per GPU (bytes; ``g`` world size, ``p``/``m``/``a``/``f`` bytes per parameter of 16-bit
     weights and gradients, master weights, Adam states, fp32-gradient partition — 2/4/8/4 in mixed
@@ -621,20 +672,24 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
 
     GPU, allocated (``torch.cuda.max_memory_allocated``) = max(initialisation, training):
 
-    * initialisation, ZeRO-0/1/2: ``2·p·N`` — ``stage_1_and_2.py`` flattens the 16-bit parameters into
-      one buffer *on the device* while the per-tensor parameters still exist ("Flattening param group
-      on cuda (sufficient memory)"). Measured: 12.8 GiB allocated = 2·p·N for the 3.43e9 model on 1 and
-      on 2 ranks; the 6.74e9 model's ZeRO-2 OOM "tried to allocate 12.55 GiB" = p·N. (DeepSpeed
-      flattens on the CPU instead when free device memory is below p·N; a capped H200 never does,
-      a real card might, so on a real card this term can be conservative.)
+    * initialisation, ZeRO-1/2: ``2·p·N`` when DeepSpeed flattens the 16-bit parameters into one buffer
+      *on the device* while the per-tensor parameters still exist ("Flattening param group on cuda
+      (sufficient memory)"), ``p·N`` when it flattens on the CPU because the device's free memory is below
+      p·N (:func:`flattens_on_gpu`, with the lines of ``stage_1_and_2.py`` it reads). So the flattening
+      alone never rules ZeRO-1/2 out on a real card: it takes the CPU path when 2·p·N does not fit (then
+      the host holds 2·p·N per rank for a moment: ``param.cpu_data`` and the flat CPU buffer). Measured on
+      the capped H200, which always takes the device path: 12.8 GiB allocated = 2·p·N for the 3.43e9
+      model on 1 and on 2 ranks; the 6.74e9 model's ZeRO-2 OOM "tried to allocate 12.55 GiB" = p·N.
+      ZeRO-0 (no ZeRO optimizer) is kept at ``2·p·N``.
     * training: model states + activations (:func:`activation_bytes`: checkpoints + the larger of
       the loss phase and one layer's recompute) + buckets + ZeRO-3 prefetch/live parameters + with
       optimizer offload and gradient accumulation, this rank's 16-bit gradients, which stay on the
       GPU between micro-steps (``async_accumulate_grad_in_cpu_via_gpu`` keeps ``param.grad``).
 
     GPU, reserved (``max_memory_reserved``) = max(initialisation, training × (1 + f) + stale):
-    ``stale`` = p·N for ZeRO-0/1/2, the per-tensor parameter blocks freed by the flattening above,
-    which stay in PyTorch's cache (no ``empty_cache`` follows); ``f`` = :data:`FRAGMENTATION`
+    ``stale`` = p·N for ZeRO-0/1/2 flattened on the device, the per-tensor parameter blocks freed by the
+    flattening above, which stay in PyTorch's cache (no ``empty_cache`` follows; on the CPU path
+    ``empty_cache()`` runs after the parameters leave the device, so nothing stale); ``f`` = :data:`FRAGMENTATION`
     (fitted to the measured calibration, see there).
 
     Host peak, per machine = runtime per rank + max(model load, training): training holds the
@@ -690,6 +745,7 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         # device != none; swapping exists only in stage3.py::_configure_tensor_swapping)
         opt_off = "cpu"
     zs = _zero_settings(spec, ds_config)
+    flat_on_gpu = stage == 0 or (stage < 3 and flattens_on_gpu(plan, B["param"] * N, gpu_device_gib=gpu_device_gib))
     overlap = zs["overlap_comm"] if zs["overlap_comm"] is not None else stage == 3  # DeepSpeed default
     cuda = device == "cuda"
     reasons: list[str] = []
@@ -740,9 +796,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     train = sum(gpu.values())
     tensors = train
     if cuda:
-        # initialisation peak of ZeRO-0/1/2: the flat 16-bit copy beside the per-tensor parameters
-        init = 2 * B["param"] * N if stage < 3 else 0.0
-        stale = B["param"] * N if stage < 3 else 0.0
+        # initialisation peak of ZeRO-0/1/2: the flat 16-bit copy beside the per-tensor parameters (on the device),
+        # or the flat buffer alone when DeepSpeed flattens on the CPU (stage_1_and_2.py; flattens_on_gpu)
+        init = (2 if flat_on_gpu else 1) * B["param"] * N if stage < 3 else 0.0
+        stale = B["param"] * N if (stage < 3 and flat_on_gpu) else 0.0
         gpu["init_excess"] = max(0.0, init - train)
         frag = FRAGMENTATION[_fragmentation_key(stage, par_off)] * gpu["activations"]
         if stage == 3 and (g > 1 or par_off != "none"):
@@ -799,8 +856,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     if "nvme" in (opt_off, par_off):
         # NVMe offload: DeepSpeed's swap buffers, staging and flat buffers, term by term (cookbook/nvme.py)
         from .nvme import estimate_nvme
+        if nvme_knobs is None and ds_config is None and stage == 3:
+            nvme_knobs = choose_nvme_knobs(plan, spec=spec, bf16_states=bf16_states, device=device).knobs
         nvme_est = estimate_nvme(plan.replace(offload_optimizer=opt_off), spec=spec, ds_config=ds_config,
-                                 bf16_states=bf16_states, device=device)
+                                 bf16_states=bf16_states, device=device, knobs=nvme_knobs)
         nvme = nvme_est.disk_bytes
         host["nvme_buffers"] = nvme_est.host_bytes
         host["nvme_transient"] = nvme_est.transient_per_rank * r
@@ -815,6 +874,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         training_host += tensors * r
         gpu = dict.fromkeys(gpu, 0.0)
     load = B["param"] * N * r if (stage < 3 and getattr(spec, "has_weights", True)) else 0.0
+    if cuda and stage in (1, 2) and not flat_on_gpu:
+        load = 2 * B["param"] * N * r  # CPU flattening: every param.cpu_data and the flat CPU buffer at once
     host["model_load"] = max(0.0, load - training_host)
     host["runtime"] = host_runtime_gib(cuda=cuda, nvme=nvme_est is not None) * GIB * r
 
@@ -837,16 +898,17 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     # ---- reasons --------------------------------------------------------------------------------
     if cuda:
         big_key = max(MODEL_STATE_KEYS, key=lambda k: gpu_gib[k])
-        init_gib = 2 * B["param"] * N / GIB if stage < 3 else 0.0
+        init_gib = init / GIB
         # the batch-independent floor: everything but activations, with allocator cache and context
-        fixed = max(init_gib, (train - gpu["activations"]) / GIB
-                    + (B["param"] * N / GIB if stage < 3 else 0.0)) + CUDA_CONTEXT_GIB
+        fixed = max(init_gib, (train - gpu["activations"]) / GIB + stale / GIB) + CUDA_CONTEXT_GIB
         if not fits_gpu:
             if gpu_gib[big_key] > plan.gpu_memory_gib:
                 reasons.append(f"GPU: the {GPU_COMPONENTS[big_key]} alone are {gpu_gib[big_key]:.1f} GiB per GPU "
                                f"> {plan.gpu_memory_gib:g} GiB, whatever the batch size")
             elif fixed > plan.gpu_memory_gib:
-                what = ("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation"
+                what = (("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation (on the device: "
+                         "gpu_device_gib says its free memory allows it)" if flat_on_gpu else
+                         "the 16-bit parameters (flattened on the CPU, then moved to the GPU)")
                         if init_gib + CUDA_CONTEXT_GIB > plan.gpu_memory_gib else
                         "model states, buckets, gradient staging and allocator cache")
                 reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
@@ -894,7 +956,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append("fp32 training: the '16-bit' parameter and gradient rows hold fp32 tensors (4 bytes each)")
     if bf16_states:
         reasons.append("bf16 states: master weights, gradients and Adam m, v in bf16 (half the host RAM; "
-                       "updates below ~0.4% of a weight rounded away: +148% loss measured, docs/benchmarks.md section 13)")
+                       "updates below ~0.4% of a weight rounded away: +148% loss measured from random initialisation over 150 "
+                       "steps, docs/benchmarks.md section 13)")
     if plan.liger:
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
@@ -912,6 +975,230 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
                               ADDITIONAL_BUFFER_FACTOR * ds_host_no_factor / GIB))
 
 
+# --------------------------------------------------------------------------------------------
+# headroom: the estimate plus its measured error band
+
+#: Where the estimator's measured error bands live: written by ``python -m benchmarks.calibration --write-bands``
+#: from the calibration records (``data/calibration/*.json``, fitting and held-out sets together).
+ERROR_BANDS_FILE = Path(__file__).resolve().parent.parent / "data" / "estimate_error_bands.json"
+
+#: The three statuses of a variant (:func:`headroom`).
+FITS, AT_EDGE, NO_FIT = "fits", "at the edge", "does not fit"
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far the estimate of one quantity fell below a measurement, at worst.
+
+    Attributes:
+        quantity: ``gpu_reserved`` (``torch.cuda.max_memory_reserved``) or ``host_rss`` (peak RSS of a machine's ranks).
+        fraction: max over the calibration points of ``(measured − estimate) / estimate``, at least 0: the margin
+            an estimate needs so that every measured run of the records would have fitted (a reserved peak read at
+            the GPU cap counts with the cap, a lower bound of the real peak).
+        point: the calibration point that sets it; ``set``: its set (``fit`` or ``held_out``); ``points``: how
+            many points were compared.
+    """
+
+    quantity: str
+    fraction: float
+    point: str = ""
+    set: str = ""
+    points: int = 0
+
+    def __str__(self) -> str:
+        return f"+{100 * self.fraction:.0f} % (worst of {self.points} measured runs: {self.point}, {self.set.replace('_', '-')})"
+
+
+@functools.lru_cache(maxsize=4)
+def error_bands(path: str | None = None) -> dict[str, dict[str, ErrorBand]]:
+    """The estimator's measured error bands, ``{quantity: {family: ErrorBand}}``, from :data:`ERROR_BANDS_FILE` (or
+    ``path``). Quantities ``gpu_reserved``, ``host_rss``; families the estimator's fragmentation keys
+    (:func:`_fragmentation_key`: ``zero012``, ``zero3``, ``zero3_param_offload``) and ``all`` (every point).
+
+    Raises:
+        EstimateError: the file is missing or lacks a quantity (regenerate it with
+            ``python -m benchmarks.calibration --write-bands``).
+    """
+    f = Path(path) if path else ERROR_BANDS_FILE
+    try:
+        data = json.loads(f.read_text())["bands"]
+        return {q: {fam: ErrorBand(quantity=q, **{k: v[k] for k in ("fraction", "point", "set", "points")})
+                    for fam, v in data[q].items()} for q in ("gpu_reserved", "host_rss")}
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise EstimateError(f"error bands {f}: {exc!r}; regenerate with `python -m benchmarks.calibration "
+                            "--write-bands`") from None
+
+
+def error_band(quantity: str, plan: Plan, bands=None) -> ErrorBand:
+    """The band of ``quantity`` for ``plan``'s variant family (:func:`_fragmentation_key` of its ZeRO stage and
+    parameter offload), else the band over every point (``all``)."""
+    b = (bands or error_bands())[quantity]
+    return b.get(_fragmentation_key(plan.zero_stage, plan.offload_param)) or b["all"]
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """A variant's status once the estimator's measured error is added (:func:`headroom`).
+
+    Attributes:
+        status: :data:`FITS` (estimate + band fits GPU and host), :data:`AT_EDGE` (the estimate fits, estimate +
+            band does not), :data:`NO_FIT` (the estimate itself does not fit).
+        gpu_need_gib: GPU reserved × (1 + GPU band) + CUDA context, GiB per GPU (None on the CPU rehearsal).
+        host_need_gib: host peak × (1 + host band), GiB per machine.
+        why: one sentence: which quantity is at the edge or over, with the band and the point that sets it.
+    """
+
+    status: str
+    gpu_need_gib: float | None
+    host_need_gib: float
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "gpu_need_gib": None if self.gpu_need_gib is None else round(self.gpu_need_gib, 2),
+                "host_need_gib": round(self.host_need_gib, 2), "why": self.why}
+
+
+def headroom(e: "MemoryEstimate", bands: Mapping[str, ErrorBand] | None = None) -> Headroom:
+    """The status of estimate ``e`` with the estimator's measured error band per quantity, for its variant family
+    (:func:`error_band`: the worst measured under-estimate of runs of the same ZeRO stage and parameter offload).
+
+    GPU: ``reserved × (1 + band_gpu) + CUDA context <= gpu_memory_gib`` (the band is measured on the reserved peak,
+    which the context is not part of); host: ``host peak × (1 + band_host) <= host_memory_gib`` (an unknown host
+    RAM counts as room, and ``why`` says so). Estimate within the card but estimate + band not: :data:`AT_EDGE`.
+    Units: GiB (2**30 bytes) throughout.
+
+    Raises:
+        EstimateError: the error bands file is missing or malformed (:func:`error_bands`).
+    """
+    p = e.plan
+    gpu_band, host_band = error_band("gpu_reserved", p, bands), error_band("host_rss", p, bands)
+    gpu_need = None if e.device == "cpu" else e.gpu_reserved_gib * (1 + gpu_band.fraction) + e.gpu_gib.get("cuda_context", 0.0)
+    host_need = e.host_gib["total"] * (1 + host_band.fraction)
+    if not e.fits:
+        over = ([f"GPU {e.gpu_gib['total']:.1f} > {p.gpu_memory_gib:g} GiB"] if not e.fits_gpu else []) + \
+            ([f"host {e.host_gib['total']:.1f} > {p.host_memory_gib:g} GiB"] if e.fits_host is False else [])
+        return Headroom(NO_FIT, gpu_need, host_need, "the estimate does not fit: " + ", ".join(over))
+    edge = []
+    if gpu_need is not None and gpu_need > p.gpu_memory_gib:
+        edge.append(f"GPU {e.gpu_gib['total']:.1f} GiB, {gpu_need:.1f} with the estimator's measured error on GPU "
+                    f"reserved {gpu_band} > {p.gpu_memory_gib:g} GiB")
+    if p.host_memory_gib is not None and host_need > p.host_memory_gib:
+        edge.append(f"host {e.host_gib['total']:.1f} GiB, {host_need:.1f} with the measured error on host RSS "
+                    f"{host_band} > {p.host_memory_gib:g} GiB")
+    if edge:
+        return Headroom(AT_EDGE, gpu_need, host_need, "at the edge: " + "; ".join(edge))
+    room = ([f"GPU {gpu_need:.1f} of {p.gpu_memory_gib:g} GiB"] if gpu_need is not None else []) + \
+        [f"host {host_need:.1f} of {p.host_memory_gib:g} GiB" if p.host_memory_gib is not None
+         else f"host {host_need:.1f} GiB (host RAM not given)"]
+    return Headroom(FITS, gpu_need, host_need, "room with the measured error added: " + ", ".join(room))
+
+
+# --------------------------------------------------------------------------------------------
+# NVMe offload: DeepSpeed's host-RAM knobs sized for the machine
+
+#: ``sub_group_size`` values tried for NVMe offload, DeepSpeed's default (``runtime/zero/config.py``, 1e9) first.
+NVME_SUB_GROUP_SIZES = (10 ** 9, 5 * 10 ** 8, 2 * 10 ** 8, 10 ** 8)
+
+
+@dataclass(frozen=True)
+class NvmeKnobs:
+    """NVMe host-RAM settings for one plan (:func:`choose_nvme_knobs`).
+
+    Attributes:
+        knobs: ``{"sub_group_size", "max_in_cpu", "pin_memory"}`` (DeepSpeed's names; :func:`cookbook.dsconfig.build_config`
+            writes them into ``zero_optimization`` and its offload blocks).
+        host_gib: the estimated host peak per machine with them, GiB.
+        tried: ``(knobs, host_gib)`` for each setting tried, in order.
+        why: one sentence: why these (DeepSpeed's defaults, or which fit the host RAM).
+    """
+
+    knobs: Mapping[str, Any]
+    host_gib: float
+    tried: tuple = ()
+    why: str = ""
+
+
+def _nvme_default_knobs() -> dict:
+    return {"sub_group_size": DS_DEFAULTS["sub_group_size"], "max_in_cpu": 10 ** 9, "pin_memory": True}
+
+
+def choose_nvme_knobs(plan: Plan, *, spec=None, bf16_states: bool = False, device: str = "cuda") -> NvmeKnobs:
+    """DeepSpeed's host-RAM knobs for NVMe offload on ``plan``'s machine: its defaults when they fit the host RAM with
+    the estimator's measured error band (:func:`headroom`) or the host RAM is not given; otherwise the first setting,
+    in this order, that does: ``sub_group_size`` lowered through :data:`NVME_SUB_GROUP_SIZES`, then also
+    ``offload_param.max_in_cpu`` 0, then also ``pin_memory`` false; none fits: the one with the least host RAM.
+
+    What each knob holds, read from DeepSpeed 0.19.8 (every term in :func:`cookbook.nvme.estimate_nvme`):
+
+    * ``sub_group_size`` (``runtime/zero/stage3.py``, ``_create_fp16_sub_groups``: parameters in order until a
+      group reaches it): the optimizer swapper's pinned buffers are ``offload_optimizer.buffer_count`` × the
+      largest sub-group in fp32 (``swap_tensor/optimizer_utils.py``, ``OptimizerSwapper.__init__``:
+      ``SwapBufferManager(num_elems=largest_numel, count=buffer_count)``), the 16-bit swap-out staging holds the
+      largest sub-group's parameters, and the first step creates Adam m, v of one sub-group unpinned. All three
+      scale with it; the SSD bytes do not. (Below ~1e8 the parameter tensors set the group sizes and the RAM stops
+      falling: Qwen-14B on 8 ranks 105.1 GiB at 1e8, 106.1 at 5e7.)
+    * ``offload_optimizer.buffer_count`` is left at DeepSpeed's 4: ``swap_tensor/partitioned_optimizer_swapper.py``
+      (``swap_in_optimizer_state``) takes ``num_tensors() + 1`` buffers at once — master weights, Adam m, v and the
+      gradients — so fewer cannot run.
+    * ``offload_param.max_in_cpu`` (``stage3.py``, ``_create_param_groups_fp16_flat_cpu_memory``): a pinned 16-bit
+      buffer of min(partition, max_in_cpu) elements per rank; 0 drops it (those sub-groups then go to the SSD).
+    * ``pin_memory`` (both offload blocks): the flat buffers become pageable (no power-of-two rounding of PyTorch's
+      pinned allocator; the aio swap buffers stay locked); measured 3.0× slower with CPU offload
+      (``cookbook.dsconfig.PIN_MEMORY_OFF_COST``), hence last.
+
+    Returns:
+        :class:`NvmeKnobs`.
+
+    Raises:
+        EstimateError / ModelNotFoundError: as :func:`estimate`.
+    """
+    default = _nvme_default_knobs()
+    tried = []
+
+    def host_of(knobs):
+        e = estimate(plan, bf16_states=bf16_states, spec=spec, device=device, nvme_knobs=knobs)
+        tried.append((dict(knobs), e.host_gib["total"]))
+        return e
+
+    first = host_of(default)
+    if plan.host_memory_gib is None:
+        return NvmeKnobs(default, first.host_gib["total"], tuple(tried),
+                         "DeepSpeed's defaults (host RAM not given: nothing to size them against)")
+    if headroom(first).status == FITS or plan.zero_stage < 3:
+        return NvmeKnobs(default, first.host_gib["total"], tuple(tried), "DeepSpeed's defaults fit the host RAM")
+    ladder = [dict(default, sub_group_size=s) for s in NVME_SUB_GROUP_SIZES[1:]]
+    ladder += [dict(default, sub_group_size=s, max_in_cpu=0) for s in NVME_SUB_GROUP_SIZES]
+    ladder += [dict(default, sub_group_size=s, max_in_cpu=0, pin_memory=False) for s in NVME_SUB_GROUP_SIZES]
+    if plan.offload_param != "nvme":  # max_in_cpu is a parameter-offload knob
+        ladder = [k for k in ladder if k["max_in_cpu"] == default["max_in_cpu"]] + \
+            [dict(k, max_in_cpu=default["max_in_cpu"]) for k in ladder if not k["pin_memory"]]
+    for knobs in ladder:
+        e = host_of(knobs)
+        if headroom(e).status == FITS:
+            return NvmeKnobs(knobs, e.host_gib["total"], tuple(tried),
+                             f"DeepSpeed's defaults need {first.host_gib['total']:.1f} GiB of host RAM here; "
+                             f"{_knob_words(knobs)} needs {e.host_gib['total']:.1f} GiB, room on "
+                             f"{plan.host_memory_gib:g} GiB")
+    knobs, host = min(tried, key=lambda t: t[1])
+    return NvmeKnobs(knobs, host, tuple(tried), f"no setting tried leaves room on {plan.host_memory_gib:g} GiB; "
+                     f"{_knob_words(knobs)} needs the least host RAM, {host:.1f} GiB")
+
+
+def _knob_words(knobs: Mapping[str, Any]) -> str:
+    """``sub_group_size 1e8, max_in_cpu 0, pin_memory false`` (only what differs from DeepSpeed's defaults)."""
+    d = _nvme_default_knobs()
+    parts = [f"{k} {_sci(v) if not isinstance(v, bool) else str(v).lower()}" for k, v in knobs.items() if v != d[k]]
+    return ", ".join(parts) or "DeepSpeed's defaults"
+
+
+def _sci(n: int) -> str:
+    """1e8, 5e8, 0."""
+    if not n:
+        return "0"
+    m, e = f"{n:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
 def estimate_host_rss_cpu_run(plan: Plan, *, bf16_states: bool = False) -> float:
     """Predicted peak host RSS (GiB, sum over the machine's ranks) of a CPU-rehearsal run of ``plan``.
 
@@ -925,7 +1212,9 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
           spec=None, device: str = "cuda") -> SweepResult:
     """Estimate ``plan`` under each ZeRO variant ``(zero_stage, offload_optimizer, offload_param)``.
 
-    Variants with NVMe get ``nvme_path="/local_nvme"`` when the plan has none (a label only).
+    Variants with NVMe get ``nvme_path="/local_nvme"`` when the plan has none (a label only), and DeepSpeed's
+    host-RAM knobs sized for the plan's host RAM (:func:`choose_nvme_knobs`, what ``cookbook config`` writes). Each
+    estimate carries its :attr:`MemoryEstimate.status` (the ``status`` column of ``to_frame()``).
 
     Returns:
         a :class:`SweepResult` (``to_frame()``: one row per variant with both verdicts).
@@ -949,9 +1238,14 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
 #: Cost of bf16 optimizer states, in words. Source: data/reference/h200_quality_2026-12-02.json (docs/benchmarks.md
 #: section 13): 3.4B LLaMA shape, 150 steps at lr 2e-5 on one H200, last-20 mean loss 4.82 with bf16 states vs 1.94
 #: with fp32 states (+148 %), curves apart from step 6; bf16's 8-bit mantissa resolves ~0.4 % (2**-8) of a weight,
-#: and an Adam update at lr 2e-5 is ~0.1 % of a 0.02-sized weight.
+#: and an Adam update at lr 2e-5 is ~0.1 % of a 0.02-sized weight. Both runs started from random initialisation (loss
+#: 11.04 at step 1; the record's ``runs``), so the measured gap is that of 150 steps from random weights, not of a
+#: fine-tune from a pretrained checkpoint (the CPU rehearsal's tiny model at lr 3e-3, ``cpu_bf16_states_loss.json``,
+#: showed +4 % over 150 steps: the cost depends on the update-to-weight ratio).
 BF16_STATES_COST = ("bf16 master weights and Adam states: updates smaller than ~0.4% of a weight are rounded away "
-                    "(measured on a 3.4B run at lr 2e-5: loss 4.82 vs 1.94 with fp32 states, mean of steps 131-150, +148%)")
+                    "(measured once, on a 3.4B LLaMA shape from random initialisation, 150 steps at lr 2e-5: loss 4.82 "
+                    "vs 1.94 with fp32 states, mean of steps 131-150, +148%; a fine-tune of pretrained weights was not "
+                    "measured)")
 
 
 #: What ``train``, ``launch`` and ``config`` print when ``--bf16-states`` is given (:data:`BF16_STATES_COST`).
@@ -999,43 +1293,73 @@ def variant_flags(e: MemoryEstimate) -> str:
     return flags
 
 
-def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None) -> list[MemoryEstimate]:
-    """Estimates in the order of preference: every variant of the ladder (:data:`VARIANTS`, each slower
-    than the one before) with fp32 optimizer states, then with bf16 states, then NVMe offload.
-    ``bf16_states`` True: bf16 states only; False: fp32 only; None: both (bf16 needs precision bf16)."""
-    blocks = []
-    if bf16_states is not True:
-        blocks.append(False)
-    if bf16_states is not False and plan.precision == "bf16":
-        blocks.append(True)
-    local = [v for v in VARIANTS if "nvme" not in v]
-    nvme = [v for v in VARIANTS if "nvme" in v]
-    order = [(v, b) for b in blocks for v in local] + [(v, b) for b in blocks for v in nvme]
-    out = []
-    for (stage, opt, par), b16 in order:
-        if b16 and stage == 0:
-            continue
-        changes = {"zero_stage": stage, "offload_optimizer": opt, "offload_param": par}
-        if "nvme" in (opt, par) and not plan.nvme_path:
-            changes["nvme_path"] = "/local_nvme"
-        out.append(estimate(plan.replace(**changes), bf16_states=b16, spec=spec, device=device))
-    return out
+#: The decision's ladder of variants, each moving more over PCIe or to the SSD than the one before:
+#: :data:`~cookbook.plan.VARIANTS`. With bf16 states NVMe is left out: DeepSpeed 0.19.8 stops at start with NVMe
+#: offload and bf16 optimizer states (``swap_tensor/utils.py``: ``assert dtype == self.dtype``; seen on the H200).
+def _ladder(bf16_states: bool):
+    return [v for v in VARIANTS if not (bf16_states and ("nvme" in v or v[0] == 0))]
+
+
+def _variant_estimate(plan: Plan, variant, b16: bool, *, spec, device) -> MemoryEstimate:
+    """``plan`` at one ZeRO variant; NVMe variants with the host-RAM knobs :func:`choose_nvme_knobs` sizes for the
+    machine (``estimate`` picks them when no DeepSpeed config is given), which ``cookbook config`` writes."""
+    stage, opt, par = variant
+    changes = {"zero_stage": stage, "offload_optimizer": opt, "offload_param": par}
+    if "nvme" in (opt, par) and not plan.nvme_path:
+        changes["nvme_path"] = "/local_nvme"
+    return estimate(plan.replace(**changes), bf16_states=b16, spec=spec, device=device)
+
+
+def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None,
+                nvme: bool = True) -> list[MemoryEstimate]:
+    """Every variant considered, in ladder order: the exact ladder (fp32 master weights and Adam states, NVMe
+    included), then the bf16-states ladder. ``bf16_states`` True: bf16 states only; False: fp32 only; None: both
+    (bf16 needs precision bf16). The policy's ranking is :func:`_policy_rank`."""
+    blocks = ([False] if bf16_states is not True else []) + \
+        ([True] if bf16_states is not False and plan.precision == "bf16" else [])
+    return [_variant_estimate(plan, v, b16, spec=spec, device=device) for b16 in blocks for v in _ladder(b16)
+            if nvme or "nvme" not in v]
+
+
+def _policy_rank(e: MemoryEstimate) -> int | None:
+    """The policy's tier of an estimate, smaller first; None: never recommended.
+
+    0 exact states with room (estimate + measured error band fits, :func:`headroom`); 1 bf16 states with room
+    (lossy: only when no exact variant has room); 2 exact at the edge; 3 bf16 at the edge; None: does not fit."""
+    tier = {FITS: 0, AT_EDGE: 2}.get(e.status)
+    return None if tier is None else tier + (1 if e.bf16_states else 0)
+
+
+def _ranked(cands) -> list[MemoryEstimate]:
+    """The candidates that can be recommended, by tier, ladder order within a tier."""
+    return [e for _, _, e in sorted((_policy_rank(e), i, e) for i, e in enumerate(cands) if _policy_rank(e) is not None)]
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The variant to run on a machine, or why nothing fits and the smallest changes that would.
+    """The variant to run on a machine, the policy's reasons, or why nothing fits and the smallest changes that would.
+
+    The policy (:func:`decide`): exact fp32 master weights and Adam states first; bf16 states only when no exact
+    variant fits with room, labelled lossy with the best exact alternative beside it; a variant "fits" when its
+    estimate plus the estimator's measured error band fits (:func:`headroom`), else it is "at the edge" and never
+    recommended over one with room.
 
     Attributes:
         plan: the machine and batch shape asked about.
-        recommended: the first estimate that fits in :func:`decide`'s order, or None.
-        fitting: every estimate that fits, in that order (the recommended one first).
-        candidates: every estimate considered.
+        recommended: the first estimate in the policy's order, or None.
+        fitting: every estimate with room (status ``fits``), in the policy's order.
+        candidates: every estimate considered (ladder order), each with its :attr:`MemoryEstimate.status`.
         changes: when nothing fits, ``(change, estimate)`` pairs that would fit, smallest first.
-        larger_micro: the recommended variant at the largest micro batch that still fits with the same global
-            batch (:func:`larger_micro_batch`), or None (the asked micro batch is already the largest).
-        exact_other_shape: when the recommendation needs bf16 states, the first variant with fp32 states (exact
-            Adam) that fits at another micro batch × accumulation of the same global batch, or None.
+        larger_micro: the recommended variant at the largest micro batch that still fits with room at the same
+            global batch (:func:`larger_micro_batch`), or None.
+        exact_other_shape: when the recommendation has bf16 states, the first exact variant with room at another
+            micro batch × accumulation of the same global batch, or None.
+        at_edge: the estimates at the edge (estimate fits, estimate + band does not), policy order.
+        exact_alternative: when the recommendation is lossy (bf16 states) or at the edge, the best exact variant
+            that is not it — :attr:`exact_other_shape`, else the first exact one at the edge, else the exact one
+            closest to fitting — as a :class:`MemoryEstimate`, so that a speed model can predict its time beside
+            the recommendation (``to_dict(predict=...)``); None when the recommendation is exact with room.
+        reasons: why the recommended variant, in words (the policy's steps that decided it).
     """
 
     plan: Plan
@@ -1045,10 +1369,18 @@ class Decision:
     changes: tuple = ()
     larger_micro: MemoryEstimate | None = None
     exact_other_shape: MemoryEstimate | None = None
+    at_edge: tuple = ()
+    exact_alternative: MemoryEstimate | None = None
+    reasons: tuple = ()
 
     @property
     def fits(self) -> bool:
         return self.recommended is not None
+
+    @property
+    def lossy(self) -> bool:
+        """The recommendation keeps bf16 master weights and Adam states (:data:`BF16_STATES_COST`)."""
+        return self.recommended is not None and self.recommended.bf16_states
 
     def _machine(self) -> str:
         p = self.plan
@@ -1058,31 +1390,35 @@ class Decision:
 
     def lines(self) -> list[str]:
         """The decision in words, one line per fact."""
-        out = [f"decision for {self._machine()}:"]
+        out = [f"decision for {self._machine()}:",
+               "  every variant, with the estimator's measured error added (fits / at the edge / does not fit):"]
+        for c in self.candidates:
+            mark = "→" if c is self.recommended else " "
+            host = f"{c.host_gib['total']:.1f}" + (f"/{c.plan.host_memory_gib:g}" if c.plan.host_memory_gib else "")
+            out.append(f"  {mark} {c.plan.label}{' (bf16 states, lossy)' if c.bf16_states else ''}: {c.status} — "
+                       f"GPU {c.gpu_gib['total']:.1f}/{c.plan.gpu_memory_gib:g} GiB, host {host} GiB")
         if self.recommended is not None:
             e = self.recommended
-            out.append(f"  recommended: {e.verdict}")
+            tag = " — LOSSY" if e.bf16_states else ""
+            tag += " — AT THE EDGE" if e.status == AT_EDGE else ""
+            out.append(f"  recommended{tag}: {e.verdict}")
+            out.append(f"    status: {e.status} ({e.headroom.why})")
+            out.extend(f"    why: {r}" for r in self.reasons)
             out.append(f"    cost: {variant_cost(e)}")
             out.append(f"    options: {variant_flags(e)}")
+            knobs = nvme_knobs_line(e)
+            if knobs:
+                out.append(f"    {knobs}")
             if e.fits_host is None:
                 out.append(f"    host RAM was not given: this variant needs {e.host_gib['total']:.1f} GiB per machine "
                            "(--host-memory-gib to check)")
-            skipped = [c for c in self.candidates[:self.candidates.index(e)] if not c.fits]
-            skipped = [c for c in skipped if c.fits_gpu][:3] or skipped[-2:]  # the ones only host RAM stops first
-            if skipped:
-                out.append("    preferred variants that do not fit: " + "; ".join(
-                    f"{c.plan.label}{' (bf16 states)' if c.bf16_states else ''} needs "
-                    + (f"{c.gpu_gib['total']:.1f} GiB per GPU" if not c.fits_gpu else
-                       f"{c.host_gib['total']:.1f} GiB of host RAM") for c in skipped))
+            x = self.exact_alternative
+            if x is not None:
+                out.append(f"    best exact alternative: {_shape_words(x)}{x.verdict} — status {x.status}; "
+                           f"options: {variant_flags(x)}; cost: {variant_cost(x)}")
             if self.larger_micro is not None:
                 out.append("    " + larger_micro_line(e, self.larger_micro))
-            x = self.exact_other_shape
-            if x is not None:
-                out.append(f"    exact Adam at the same global batch: {x.plan.label} with fp32 states fits at "
-                           f"--micro-batch {x.plan.micro_batch} --grad-accum {x.plan.grad_accum} ({variant_flags(x)}; "
-                           f"GPU {x.gpu_gib['total']:.1f}/{x.plan.gpu_memory_gib:g} GiB, host "
-                           f"{x.host_gib['total']:.1f} GiB) — no bf16-states loss cost, slower: {variant_cost(x)}")
-            for other in self.fitting[1:4]:
+            for other in [f for f in self.fitting if f is not e][:3]:
                 out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
         else:
             out.append("  NOTHING FITS: no ZeRO variant, with fp32 or bf16 states or NVMe offload, fits this machine.")
@@ -1095,31 +1431,107 @@ class Decision:
                            "fits: more GPUs are needed")
         return out
 
-    def to_dict(self) -> dict:
-        r = self.recommended
-        return {"fits": self.fits, "recommended": None if r is None else dict(
-                    r.to_dict(), cost=variant_cost(r), options=variant_flags(r)),
-                "fitting": [e.verdict for e in self.fitting],
+    def table(self):
+        """One row per variant considered: variant, states, GPU and host GiB, status, and which is recommended."""
+        import pandas as pd
+        rows = [{"variant": e.plan.label, "states": "bf16 (lossy)" if e.bf16_states else "fp32 (exact)",
+                 "GPU GiB": round(e.gpu_gib["total"], 1), "host GiB": round(e.host_gib["total"], 1),
+                 "status": e.status, "recommended": e is self.recommended} for e in self.candidates]
+        return pd.DataFrame(rows)
+
+    def to_dict(self, predict=None) -> dict:
+        """The ``--json`` shape. ``predict``: an optional callable ``MemoryEstimate -> dict`` (a speed model's
+        prediction: ``tokens_per_s``, ``step_s``, ...); when given, the recommended variant, the exact alternative and
+        every variant carry its result as ``"predicted"``."""
+        def one(e):
+            if e is None:
+                return None
+            d = dict(e.to_dict(), cost=variant_cost(e), options=variant_flags(e))
+            if predict is not None:
+                d["predicted"] = predict(e)
+            return d
+
+        def row(e):
+            d = {"variant": e.plan.label, "bf16_states": e.bf16_states, "status": e.status, "verdict": e.verdict,
+                 "options": variant_flags(e), "headroom": e.headroom.to_dict(), "recommended": e is self.recommended}
+            if e.nvme:
+                d["nvme_knobs"] = {k: e.nvme["settings"].get(k) for k in ("sub_group_size", "max_in_cpu")
+                                   if k in (e.nvme.get("settings") or {})}
+            if predict is not None:
+                d["predicted"] = predict(e)
+            return d
+        return {"fits": self.fits, "lossy": self.lossy, "recommended": one(self.recommended),
+                "why": list(self.reasons), "exact_alternative": one(self.exact_alternative),
+                "variants": [row(e) for e in self.candidates],
+                "fitting": [e.verdict for e in self.fitting], "at_edge": [e.verdict for e in self.at_edge],
                 "changes": [{"change": c, "verdict": e.verdict, "options": variant_flags(e)} for c, e in self.changes]}
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
 
 
-def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda", spec=None) -> Decision:
-    """The ZeRO variant to run ``plan``'s model and batch shape on ``plan``'s machine (GPU count and
-    memory, host RAM), or the smallest changes that would make one fit.
+def _shape_words(e: MemoryEstimate) -> str:
+    return f"at --micro-batch {e.plan.micro_batch} --grad-accum {e.plan.grad_accum}: "
 
-    Order of preference (the first that fits GPU and host is recommended): the ladder of
-    :data:`~cookbook.plan.VARIANTS` (ZeRO-2, ZeRO-2 + optimizer offload, ZeRO-3, + optimizer offload,
-    + parameter offload; each moves more over PCIe) with fp32 optimizer states; then the same with
-    bf16 states (exact numerics first; :data:`BF16_STATES_COST`); then NVMe offload (SSD-bound).
-    ``bf16_states`` True/False restricts to one kind of states; None considers both (bf16 needs
-    ``plan.precision == "bf16"``). An unknown host RAM counts as fitting (and is said).
+
+def nvme_knobs_line(e: MemoryEstimate) -> str | None:
+    """For an NVMe estimate: the host-RAM knobs it was sized with and that ``cookbook config`` / ``train`` write."""
+    s = (e.nvme or {}).get("settings") or {}
+    if not s or "sub_group_size" not in s:
+        return None
+    pin = s.get("pin_memory")
+    host = e.plan.host_memory_gib
+    where = (f"cookbook config / train write them given --host-memory-gib {host:g}" if host is not None else
+             "DeepSpeed's defaults: give --host-memory-gib to size them")
+    return (f"NVMe host-RAM knobs ({where}): sub_group_size "
+            f"{_sci(int(s['sub_group_size']))}, offload_optimizer.buffer_count {s.get('optimizer_buffer_count')}, "
+            f"offload_param.max_in_cpu {_sci(int(s.get('max_in_cpu', 0)))}"
+            + ("" if pin is None else f", pin_memory {str(bool(pin)).lower()}"))
+
+
+def _policy_reasons(rec: MemoryEstimate, cands, exact_alt: MemoryEstimate | None) -> tuple[str, ...]:
+    """The policy's reasons for ``rec`` (see :class:`Decision`)."""
+    out = []
+    before = cands[:cands.index(rec)] if rec in cands else []
+    passed = [c for c in before if not c.bf16_states] if not rec.bf16_states else [c for c in cands if not c.bf16_states]
+    skipped = [c for c in passed if c.status != FITS]
+    if not rec.bf16_states and rec.status == FITS:
+        out.append("exact fp32 master weights and Adam states, with room for the estimator's measured error")
+    elif rec.bf16_states:
+        out.append(f"LOSSY: no variant with exact fp32 states fits this machine with room; {BF16_STATES_COST}")
+    else:
+        out.append("no variant fits with room for the estimator's measured error: this is the first at the edge "
+                   "(expect out of memory if the estimate is as far off as its worst measured point)")
+    shown = [c for c in skipped if c.status == AT_EDGE][:2] + [c for c in skipped if c.status == NO_FIT][-2:]
+    for c in shown:
+        out.append(f"not {c.plan.label}{' (bf16 states)' if c.bf16_states else ''}: {c.status} — {c.headroom.why}")
+    return tuple(out)
+
+
+def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda", spec=None,
+           nvme: bool = True) -> Decision:
+    """The ZeRO variant to run ``plan``'s model and batch shape on ``plan``'s machine (GPU count and
+    memory, host RAM), with the policy's reasons, or the smallest changes that would make one fit.
+
+    The policy, in order (:func:`_policy_rank`):
+
+    1. exact fp32 master weights and Adam states with room — the ladder of :data:`~cookbook.plan.VARIANTS`
+       (ZeRO-2, + optimizer offload, ZeRO-3, + optimizer offload, + parameter offload, NVMe offload; each moves
+       more over PCIe or to the SSD), NVMe with DeepSpeed's host-RAM knobs sized for the machine
+       (:func:`choose_nvme_knobs`);
+    2. bf16 master weights and Adam states with room, labelled lossy (:data:`BF16_STATES_COST`), with the best exact
+       alternative beside it (:attr:`Decision.exact_alternative`);
+    3. exact, then bf16, at the edge: the estimate fits but not with the estimator's measured error band
+       (:func:`headroom`) — never recommended over a variant with room.
+
+    "Room" is the estimate plus its measured error band per quantity (GPU reserved, host RSS;
+    :func:`error_bands`). ``bf16_states`` True/False restricts to one kind of states; None considers both (bf16 needs
+    ``plan.precision == "bf16"``). An unknown host RAM counts as room (and is said). ``nvme`` False leaves NVMe offload
+    out (no NVMe SSD, or DeepSpeed's async_io op unusable on this machine).
 
     When nothing fits, the changes tried, smallest first: a smaller micro batch (a divisor of micro batch ×
-    accumulation, the accumulation raised to keep the global batch exactly), gradient checkpointing on, precision bf16 with bf16 states, more
-    host RAM (the least any GPU-fitting variant needs), more GPU memory (the least any variant needs).
+    accumulation, the accumulation raised to keep the global batch exactly), gradient checkpointing on, precision
+    bf16 with bf16 states, more host RAM (the least any GPU-fitting variant needs), more GPU memory.
 
     Raises:
         EstimateError / ModelNotFoundError: as :func:`estimate`.
@@ -1127,21 +1539,32 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     if spec is None:
         from .models import model_spec
         spec = model_spec(plan.model)
-    cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec)
-    fitting = tuple(e for e in cands if e.fits)
-    if fitting:
-        exact = None
-        if fitting[0].bf16_states and bf16_states is None:
+    cands = _candidates(plan, bf16_states=bf16_states, device=device, spec=spec, nvme=nvme)
+    ranked = _ranked(cands)
+    if ranked:
+        rec = ranked[0]
+        fitting = tuple(e for e in ranked if e.status == FITS)
+        edge = tuple(e for e in ranked if e.status == AT_EDGE)
+        other_shape = alt = None
+        if rec.bf16_states and bf16_states is None:
             for shaped in _same_global_batch(plan, skip=plan.micro_batch):
-                exact = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec)
-                              if e.fits and "nvme" not in (e.plan.offload_optimizer, e.plan.offload_param)), None)
-                if exact is not None:
+                other_shape = next((e for e in _candidates(shaped, bf16_states=False, device=device, spec=spec,
+                                                           nvme=nvme) if e.status == FITS), None)
+                if other_shape is not None:
                     break
-        return Decision(plan, fitting[0], fitting, tuple(cands),
-                        larger_micro=larger_micro_batch(fitting[0], spec=spec, device=device), exact_other_shape=exact)
+        if rec.bf16_states or rec.status != FITS:
+            exact = [e for e in cands if not e.bf16_states and e is not rec]
+            alt = other_shape or next((e for e in exact if e.status == AT_EDGE), None) or (
+                min(exact, key=lambda e: max(e.gpu_gib["total"] / e.plan.gpu_memory_gib,
+                                             e.host_gib["total"] / (e.plan.host_memory_gib or float("inf"))))
+                if exact else None)
+        return Decision(plan, rec, fitting, tuple(cands), larger_micro=larger_micro_batch(rec, spec=spec, device=device),
+                        exact_other_shape=other_shape, at_edge=edge, exact_alternative=alt,
+                        reasons=_policy_reasons(rec, cands, alt))
 
     def first_fit(p: Plan, b16=bf16_states):
-        return next((e for e in _candidates(p, bf16_states=b16, device=device, spec=spec) if e.fits), None)
+        r = _ranked(_candidates(p, bf16_states=b16, device=device, spec=spec, nvme=nvme))
+        return r[0] if r else None
 
     changes = []
     global_batch = plan.micro_batch * plan.grad_accum
@@ -1163,13 +1586,14 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
     gpu_ok = [e for e in cands if e.fits_gpu]
     if gpu_ok and plan.host_memory_gib is not None:
         least = min(gpu_ok, key=lambda e: e.host_gib["total"])
-        need = math.ceil(least.host_gib["total"])
-        changes.append((f"more host RAM: {need} GiB per machine (have {plan.host_memory_gib:g})",
+        need = math.ceil(least.headroom.host_need_gib)
+        changes.append((f"more host RAM: {need} GiB per machine (have {plan.host_memory_gib:g}; the estimate "
+                        f"{least.host_gib['total']:.1f} GiB plus its measured error)",
                         estimate(least.plan.replace(host_memory_gib=float(need)), bf16_states=least.bf16_states,
                                  spec=spec, device=device)))
     if not gpu_ok:
         least = min(cands, key=lambda e: e.gpu_gib["total"])
-        need = math.ceil(least.gpu_gib["total"])
+        need = math.ceil(least.headroom.gpu_need_gib or least.gpu_gib["total"])
         host = max(plan.host_memory_gib or 0, math.ceil(least.host_gib["total"])) if plan.host_memory_gib else None
         e = estimate(least.plan.replace(gpu_memory_gib=float(need), host_memory_gib=host),
                      bf16_states=least.bf16_states, spec=spec, device=device)
@@ -1203,8 +1627,8 @@ def _same_global_batch(plan: Plan, *, above: int = 0, skip: int | None = None):
 
 
 def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") -> MemoryEstimate | None:
-    """The variant of estimate ``e`` at the largest micro batch that still fits (GPU and host), the global batch
-    kept exactly: micro batch × accumulation unchanged, the micro batch a divisor of it above ``e``'s.
+    """The variant of estimate ``e`` at the largest micro batch that still fits with room (status ``fits``: the
+    estimate plus its measured error band, :func:`headroom`; GPU and host), the global batch kept exactly: micro batch × accumulation unchanged, the micro batch a divisor of it above ``e``'s.
 
     Why it matters: with ZeRO-3 and offloaded parameters every micro batch moves all 16-bit parameters over PCIe
     for its forward and its backward, and with any optimizer offload under ZeRO-3 its 16-bit gradients go to the
@@ -1222,9 +1646,11 @@ def larger_micro_batch(e: MemoryEstimate, *, spec=None, device: str = "cuda") ->
     """
     if not e.fits:
         return None
+    # the same margin as the decision: a larger micro batch is suggested only with room for the measured error
+    # (status fits, :func:`headroom`), never one at the edge
     for shaped in _same_global_batch(e.plan, above=e.plan.micro_batch):
         bigger = estimate(shaped, bf16_states=e.bf16_states, spec=spec, device=device)
-        if bigger.fits:
+        if bigger.status == FITS:
             return bigger
     return None
 
@@ -1257,15 +1683,16 @@ def larger_micro_line(e: MemoryEstimate, bigger: MemoryEstimate) -> str:
 def fixes_that_fit(plan: Plan, *, exclude: MemoryEstimate | None = None, device: str = "cuda",
                    limit: int = 3) -> list[str]:
     """Fixes for a plan that does not fit, each one a variant the estimator says fits ``plan``'s machine
-    (:func:`decide`), with its options, its host and GPU need and its cost; when none fits, the smallest
-    changes that would. For ``cookbook env`` and ``cookbook lint``: they suggest nothing else."""
+    (:func:`decide`, in its policy's order: exact states first, those with room before those at the edge), with its
+    options, its host and GPU need, its status and its cost; when none fits, the smallest changes that would. For ``cookbook env`` and ``cookbook lint``: they suggest nothing else."""
     d = decide(plan, device=device)
     same = (lambda e: exclude is not None and e.plan.label == exclude.plan.label
             and e.bf16_states == exclude.bf16_states)
     if d.fits:
         return [f"{e.plan.label}{' with bf16 states' if e.bf16_states else ''} ({variant_flags(e)}): host "
-                f"{e.host_gib['total']:.0f} GiB, GPU {e.gpu_gib['total']:.1f} GiB; cost: {variant_cost(e, short=True)}"
-                for e in d.fitting if not same(e)][:limit]
+                f"{e.host_gib['total']:.0f} GiB, GPU {e.gpu_gib['total']:.1f} GiB, {e.status}; cost: "
+                f"{variant_cost(e, short=True)}"
+                for e in (d.fitting + d.at_edge) if not same(e)][:limit]
     return [f"nothing fits {plan.host_memory_gib:g} GiB of host RAM and {plan.gpu_memory_gib:g} GiB GPUs; the smallest "
             f"change: {change} ({e.verdict})" for change, e in d.changes[:1]] or \
         ["nothing fits this machine, whatever the ZeRO variant: more GPUs are needed"]
@@ -1612,10 +2039,12 @@ class OffloadChoice:
 
 def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None, device: str = "cuda",
                        spec=None) -> OffloadChoice:
-    """Pick the full fine-tune one GPU can run on this machine, ZeRO-3 with everything offloaded:
-    fp32 optimizer states in host RAM if they fit, else bf16 states (half the host RAM; :data:`BF16_STATES_COST`),
-    else NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and the disk has the space (the swap files
-    plus the margin ``launch`` refuses without, :func:`cookbook.nvme.nvme_disk_needed`).
+    """Pick the full fine-tune one GPU can run on this machine, ZeRO-3 with everything offloaded, by the policy of
+    :func:`decide`: exact fp32 states in host RAM if they fit with room (estimate plus measured error band,
+    :func:`headroom`), else exact fp32 states with NVMe offload where DeepSpeed's async I/O works (``nvme_ok``) and
+    the disk has the space (the swap files plus the margin ``launch`` refuses without,
+    :func:`cookbook.nvme.nvme_disk_needed`; host-RAM knobs sized by :func:`choose_nvme_knobs`), else bf16 states
+    (half the host RAM; lossy, :data:`BF16_STATES_COST`); then the same order at the edge (said in ``reason``).
 
     Every figure in ``reason`` and ``alternatives`` is the same estimate rounded once (one decimal of GiB; of MiB
     below 0.1 GiB, as for the rehearsal's tiny models), so the sentences agree with each other.
@@ -1662,14 +2091,25 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     weights = 2 * f32.params / GIB
     lora = (f"LoRA instead of a full fine-tune: only the adapters get gradients and Adam states; the frozen "
             f"16-bit weights ({g(weights)}) must fit (PEFT; not a full fine-tune, not what this cookbook trains)")
-    if f32.fits_gpu and f32.fits_host is not False:
-        return OffloadChoice(base, False, "fp32 states", f"fp32 states fit: {need}.", est, (), **extra)
-    if b16.fits_gpu and b16.fits_host is not False:
+    nvme_here = nvme_ok and nvme_room
+    # the policy (decide): exact states first — fp32 in host RAM, then fp32 on the SSD — then bf16 states (lossy);
+    # those with room for the measured error before those at the edge (headroom)
+    order = [("fp32 states", f32, True), ("NVMe offload", nv, nvme_here), ("bf16 states", b16, True)]
+    pick = next(((k, e) for want in (FITS, AT_EDGE) for k, e, ok in order if ok and e.status == want), None)
+    edge = "" if pick is None or pick[1].status == FITS else f" AT THE EDGE ({pick[1].headroom.why})"
+    if pick is not None and pick[0] == "fp32 states":
+        return OffloadChoice(base, False, "fp32 states", f"fp32 states fit{edge}: {need}.", est, (), **extra)
+    more_ram = (f"more host RAM: {g(f32.host_gib['total'])} for fp32 states, {g(b16.host_gib['total'])} with "
+                f"--bf16-states (have {have}), plus room for the estimator's measured error")
+    if pick is not None and pick[0] == "NVMe offload":
+        return OffloadChoice(nvme, False, "NVMe offload", f"fp32 states do not fit host RAM with room; NVMe offload "
+                             f"keeps them exact on the SSD{edge}: {need}.", est, (more_ram, lora), **extra)
+    if pick is not None:
         alts = [fp32_ram, nvme_alt]
-        # exact Adam with the parameters left on the GPU, at a shape of the same global batch that fits
+        # exact Adam with the parameters left on the GPU, at a shape of the same global batch that fits with room
         for shaped in _same_global_batch(base.replace(offload_param="none")):
             opt = estimate(shaped, spec=spec, device=device)
-            if opt.fits:
+            if opt.status == FITS:
                 mb, ga = shaped.micro_batch, shaped.grad_accum
                 alts.append(f"exact Adam with the parameters on the GPU: ZeRO-3 + optimizer offload, fp32 states, "
                             f"{g(opt.host_gib['total'])} of RAM, GPU {g(opt.gpu_gib['total'])} at micro batch {mb} × "
@@ -1678,15 +2118,12 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
                             "at 8 × 2 against 4,182 with bf16 states and full offload at 16 × 1, "
                             f"{LARGER_MICRO_MEASURED_OPT['source']})")
                 break
-        return OffloadChoice(base, True, "bf16 states", f"fp32 states do not fit with full offload, bf16 states "
-                             f"do: {need}.", est, tuple(alts), **extra)
-    more_ram = (f"more host RAM: {g(f32.host_gib['total'])} for fp32 states, {g(b16.host_gib['total'])} with "
-                f"--bf16-states (have {have})")
-    if nv.fits_gpu and nv.fits_host is not False and nvme_ok and nvme_room:
-        return OffloadChoice(nvme, False, "NVMe offload", f"neither fp32 nor bf16 states fit host RAM; NVMe "
-                             f"offload does: {need}.", est, (more_ram, lora), **extra)
+        return OffloadChoice(base, True, "bf16 states", f"LOSSY: no exact variant fits with room (fp32 states in host "
+                             f"RAM{'' if nvme_here else ' or on the SSD'}); bf16 states do{edge}: {need}.", est,
+                             tuple(alts), **extra)
     return OffloadChoice(None, False, None, f"no full fine-tune fits this machine: {need}; NVMe offload not "
-                         f"possible here: {why_not_nvme}.", est, (more_ram, nvme_alt, lora), **extra)
+                         f"possible here: {why_not_nvme}.",
+                         est, (more_ram, nvme_alt, lora), **extra)
 
 
 def rehearsal_memory_note(num_params: int | None = None) -> str:
@@ -1845,6 +2282,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+__all__ = ["AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
+           "choose_nvme_knobs", "error_band", "error_bands", "flattens_on_gpu", "headroom", "nvme_knobs_line",
+           "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -1010,8 +1010,13 @@ def param_buffers_needed(spec, numels, on_ssd, *, reuse: int, span: int = 2) -> 
     return {"need": need, "init_gather": init_gather, "kept_by_reuse": kept}
 
 
+#: The host-RAM knobs of NVMe offload that :func:`cookbook.memory.choose_nvme_knobs` sets (DeepSpeed names; the
+#: ``zero_optimization`` key, or the key inside both offload blocks).
+NVME_KNOB_KEYS = ("sub_group_size", "max_in_cpu", "pin_memory")
+
+
 def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_states: bool = False,
-                  device: str = "cuda") -> NvmeEstimate | None:
+                  device: str = "cuda", knobs: Mapping | None = None) -> NvmeEstimate | None:
     """NVMe offload of ``plan``, term by term, from DeepSpeed 0.19.8's source; None without an NVMe target.
 
     Model: the parameter tensors of the architecture in module order (:func:`cookbook.memory._tensor_numels`),
@@ -1073,6 +1078,10 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
     states in host RAM (``stage_1_and_2.py``: ``cpu_offload = device != none``; swapping exists only in
     ``stage3.py::_configure_tensor_swapping``) — the estimate returns empty disk terms and says so.
 
+    ``knobs`` (keys of :data:`NVME_KNOB_KEYS`) replace the config's (or the defaults') ``sub_group_size``,
+    ``offload_param.max_in_cpu`` and both blocks' ``pin_memory``: how :func:`cookbook.memory.choose_nvme_knobs`
+    tries settings.
+
     Returns:
         an :class:`NvmeEstimate`, or None when neither offload target is ``nvme``.
 
@@ -1093,6 +1102,17 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
     zero = _zero_block(ds_config)
     aio = validate_aio({k: v for k, v in ((ds_config or {}).get("aio") or {}).items() if k in AIO_KEYS})
     opt_block, par_block = dict(zero.get("offload_optimizer") or {}), dict(zero.get("offload_param") or {})
+    if knobs:
+        unknown = set(knobs) - set(NVME_KNOB_KEYS)
+        if unknown:
+            raise NvmeError(f"knobs={dict(knobs)!r}: unknown {sorted(unknown)}; use {', '.join(NVME_KNOB_KEYS)}")
+        zero = dict(zero)
+        if "sub_group_size" in knobs:
+            zero["sub_group_size"] = int(knobs["sub_group_size"])
+        if "max_in_cpu" in knobs:
+            par_block["max_in_cpu"] = int(knobs["max_in_cpu"])
+        if "pin_memory" in knobs:
+            opt_block["pin_memory"] = par_block["pin_memory"] = bool(knobs["pin_memory"])
     numels = [int(n) for n in _tensor_numels(spec)]
     parts = [math.ceil(n / g) for n in numels]
     P = sum(parts)
@@ -1120,6 +1140,7 @@ def estimate_nvme(plan, *, spec=None, ds_config: Mapping | None = None, bf16_sta
 
     settings = {"aio": aio, "sub_group_size": sub_group_size, "optimizer_buffer_count": opt_count,
                 "param_buffer_count": par_count, "param_buffer_size": par_size, "max_in_cpu": max_in_cpu,
+                "pin_memory": opt_pin and par_pin,
                 "stage3_param_persistence_threshold": persist, "bytes_16bit": p, "bytes_optimizer_state": o,
                 "world_size": g, "partition_elements_per_rank": P}
     notes: list[str] = []

@@ -95,8 +95,14 @@ def test_zero2_offload_host_by_hand():
     # with accumulation and fp32 master weights: one pinned bf16 buffer per parameter tensor on top
     acc = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=2, offload_optimizer="cpu", grad_accum=8))
     assert acc.host_gib["total"] > e.host_gib["total"] + 2 * N / GIB
-    # the initialisation peak (flat 16-bit copy beside the parameters, 2 × 2N) exceeds 24 GiB
-    assert e.gpu_allocated_gib * GIB >= 4 * N and e.fits_gpu is False
+    # the initialisation peak: on a capped H200 (NVML sees the whole device) DeepSpeed flattens on the GPU, the flat
+    # 16-bit copy beside the parameters, 2 × 2N, which exceeds 24 GiB; on a real 24 GiB card NVML's free memory is
+    # below 2N, so it flattens on the CPU (stage_1_and_2.py; issue 31 class 2): 2N on the GPU, and the host holds
+    # param.cpu_data + the flat CPU buffer (4N) for a moment, below the training host peak here
+    capped = estimate(Plan(model="llama-7b", num_gpus=1, zero_stage=2, offload_optimizer="cpu", grad_accum=1),
+                      gpu_device_gib=140.4)
+    assert capped.gpu_allocated_gib * GIB >= 4 * N and capped.fits_gpu is False
+    assert 2 * N <= e.gpu_allocated_gib * GIB < 4 * N and e.gpu_gib["init_excess"] == 0
 
 
 def test_zenflow_overlap_step_host_term_by_hand():
@@ -343,8 +349,10 @@ def _check_point(data, point):
     # the run's own config when the point carries it, else the reference rung's, else None: DeepSpeed's
     # defaults (plain-script runs)
     cfg = point.get("deepspeed_config") or REFERENCE_CONFIGS.get(point["name"].split(":")[0])
+    # gpu_device_gib: the capped H200's whole memory, which DeepSpeed's ZeRO-1/2 flattening check sees (NVML)
     e = estimate(plan, bf16_states=point["bf16_states"], spec=_spec(data, point["spec"]), device=point["device"],
-                 ds_config=cfg, eager_attention=bool(point.get("masked_attention")))
+                 ds_config=cfg, eager_attention=bool(point.get("masked_attention")),
+                 gpu_device_gib=data.get("gpu_device_gib"))
     if point["ran"]:
         assert e.fits_gpu and e.fits_host is not False, e.verdict
     else:
@@ -564,7 +572,13 @@ def test_choose_offload_run_follows_host_ram_and_nvme():
     b16 = memory.estimate(plan, bf16_states=True).host_gib["total"]
     assert b16 < f32
     pick = lambda host, **kw: memory.choose_offload_run(plan.replace(host_memory_gib=host), **kw)
-    assert pick(f32 + 1, nvme_ok=False, nvme_free_gib=0).kind == "fp32 states"
+    # fp32 states need room for the estimator's measured host error (issue 31): 1 GiB above the estimate is at the
+    # edge, so bf16 states (with room) are picked there, lossy; the estimate plus its band + 1 GiB: fp32 states
+    band = json.loads((REPO / "data" / "estimate_error_bands.json").read_text())["bands"]["host_rss"]
+    room = f32 * (1 + band["zero3_param_offload"]["fraction"]) + 1
+    assert pick(room, nvme_ok=False, nvme_free_gib=0).kind == "fp32 states"
+    edge = pick(f32 + 1, nvme_ok=False, nvme_free_gib=0)
+    assert edge.kind == "bf16 states" and edge.reason.startswith("LOSSY")
     c = pick((f32 + b16) / 2, nvme_ok=False, nvme_free_gib=0)
     assert c.kind == "bf16 states" and c.bf16_states and c.plan.offload_param == "cpu"
     c = pick(b16 - 1, nvme_ok=True, nvme_free_gib=None)

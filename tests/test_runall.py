@@ -271,11 +271,15 @@ def test_choose_variant_takes_the_first_that_fits():
     chosen, ladder = memory.choose_variant(machine)
     assert chosen.plan.label == "ZeRO-3 + opt→cpu"
     assert [e.fits for e in ladder][:3] == [False, False, False]
-    # 256 GiB: CPU offload needs 326+ GiB, and NVMe offload still pins DeepSpeed's optimizer swap buffers
-    # (4 × a 1e9-element fp32 sub-group) and a 16-bit gradient buffer on each of the 8 ranks: ~364 GiB
+    # 256 GiB: CPU offload needs 326+ GiB; NVMe offload at DeepSpeed's sub_group_size 1e9 pins the optimizer swap
+    # buffers (4 × a 1e9-element fp32 sub-group) and a 16-bit gradient buffer on each of the 8 ranks, ~372 GiB; issue
+    # 31: the estimate sizes sub_group_size for the machine (5e8 here, what `cookbook config` writes), and then fits
     small, ladder = memory.choose_variant(machine.replace(host_memory_gib=256))
     nvme = ladder[-1]
-    assert small is None and nvme.plan.label == "ZeRO-3 + opt→nvme + param→nvme" and nvme.host_gib["total"] > 256
+    default = memory.estimate(nvme.plan, nvme_knobs={"sub_group_size": 10 ** 9, "max_in_cpu": 10 ** 9,
+                                                     "pin_memory": True})
+    assert default.host_gib["total"] > 256 and nvme.nvme["settings"]["sub_group_size"] == 5 * 10 ** 8
+    assert small is nvme and nvme.plan.label == "ZeRO-3 + opt→nvme + param→nvme" and nvme.host_gib["total"] < 256
     assert memory.choose_variant(machine.replace(host_memory_gib=64))[0] is None
 
 
@@ -675,8 +679,14 @@ def test_answers_8x4090_row_names_its_host_ram_and_the_recorded_256_gib_box(tmp_
     assert "host RAM assumed: 512 GiB" in row["note"]
     assert f"({recorded:g} GiB, host256_8xrtx4090.json) ZeRO-3 + opt→cpu needs {there.host_gib['total']:.1f} GiB: " \
            "does not fit" in row["note"]
-    assert (f"what fits there: ZeRO-3 + opt→cpu with bf16 states (--bf16-states), host "
-            f"{b16.host_gib['total']:.1f}/{recorded:g} GiB") in row["note"]
+    # issue 31: exact fp32 states first — on the 256 GiB box that is NVMe offload with a lowered sub_group_size
+    # (its knobs sized for 256 GiB), not the lossy bf16 states that fit too
+    nv = memory.estimate(plan.replace(host_memory_gib=recorded, offload_optimizer="nvme", offload_param="nvme",
+                                      nvme_path="/local_nvme"))
+    assert nv.status == "fits" and nv.nvme["settings"]["sub_group_size"] < 10 ** 9
+    assert (f"what the cookbook's policy picks there (exact fp32 states first, with room for the estimator's measured "
+            f"error): ZeRO-3 + opt→nvme + param→nvme with fp32 states, host {nv.host_gib['total']:.1f}/{recorded:g} GiB, "
+            "fits") in row["note"]
 
 
 def _floor(n, mb, ga, seq, c):
