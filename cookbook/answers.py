@@ -80,6 +80,9 @@ def project_rtx4090(run: Mapping, ceilings: Mapping | None = None, *, cpu_cores:
         from .speed import Machine, SpeedModelError, gpu_spec, predict
         try:
             p = Plan(model=run["model"], **plan, gpu_memory_gib=24.0)
+            if "nvme" in (p.offload_optimizer, p.offload_param):
+                from .memory import estimate
+                p = estimate(p, bf16_states=bool(run.get("bf16_states")))
             return predict(p, Machine(gpu_spec("RTX 4090"), cpu_cores),
                            bf16_states=bool(run.get("bf16_states"))).tokens_per_s
         except (ModelNotFoundError, PlanError, SpeedModelError, OSError):

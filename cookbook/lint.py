@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from .dsconfig import config_world_size  # noqa: F401 - re-exported
+from .dsconfig import BatchArithmetic, deepspeed_batch  # noqa: F401 - DeepSpeed's batch arithmetic, re-exported
 from .hardware import cpu_fp16_refusal, cpu_fp16_supported
 from .hardware import GPU_COMPUTE_CAPABILITY, gpu_compute_capability
 from .plan import Plan, PlanError
@@ -564,95 +565,6 @@ class _Ctx:
         return s if _is_int(s) else None
 
 
-@dataclass(frozen=True)
-class BatchArithmetic:
-    """What DeepSpeed makes of the three batch keys of a config, for one data-parallel world size.
-
-    Mirrors ``deepspeed/runtime/config.py`` (0.19.8) ``DeepSpeedConfig._set_batch_related_parameters`` (the
-    missing keys derived from the given ones, with floor division) then ``_batch_assertion`` (each of the three
-    > 0, then ``train_batch_size == micro × accumulation × world size``), which ``_configure_train_batch_size``
-    runs at ``deepspeed.initialize``. Counts are sequences (micro batch: per GPU per forward/backward).
-
-    Attributes:
-        train_batch_size, micro_batch, grad_accum: the values after DeepSpeed's derivation (None: the config
-            names neither ``train_batch_size`` nor ``train_micro_batch_size_per_gpu``).
-        world_size: the data-parallel world size used.
-        derived: ``(key, how)`` for each key DeepSpeed filled, ``how`` its formula with the numbers
-            (micro batch: ``"train_batch_size 128 // world size 8 // gradient_accumulation_steps 4 = 4"``).
-        refusal: DeepSpeed's assertion message when it refuses the config (its wording and numbers), else None.
-        refused_key: the key that message is about.
-    """
-
-    train_batch_size: int | None
-    micro_batch: int | None
-    grad_accum: int | None
-    world_size: int
-    derived: tuple = ()
-    refusal: str | None = None
-    refused_key: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.refusal is None
-
-    def how(self, key: str) -> str | None:
-        """The formula DeepSpeed derived ``key`` by, or None when the config gave it."""
-        return dict(self.derived).get(key)
-
-
-def deepspeed_batch(train_batch_size: int | None, micro_batch: int | None, grad_accum: int | None,
-                    world_size: int) -> BatchArithmetic:
-    """DeepSpeed's batch arithmetic on the three config values (None: the key is missing); pure, never raises.
-
-    The cases are ``DeepSpeedConfig._set_batch_related_parameters`` (``deepspeed/runtime/config.py``), in its order:
-    all three given: kept; ``train_batch_size`` + micro: accumulation = train // micro // world size; ``train_batch_size``
-    + accumulation: micro = train // world size // accumulation; micro + accumulation: train = micro × accumulation ×
-    world size; ``train_batch_size`` alone: accumulation 1, micro = train // world size; micro alone: accumulation 1,
-    train = micro × world size; neither train nor micro: DeepSpeed asserts 'Either train_batch_size or
-    train_micro_batch_size_per_gpu needs to be provided'. Then ``_batch_assertion``: each > 0 (in the order train,
-    micro, accumulation), and ``train == micro × accumulation × world size``; the refusal is its message.
-    """
-    tb, mb, ga, n = train_batch_size, micro_batch, grad_accum, world_size
-    derived = []
-    if tb is not None and mb is not None and ga is not None:
-        pass
-    elif tb is not None and mb is not None:
-        ga = tb // mb // n
-        derived.append(("gradient_accumulation_steps",
-                        f"train_batch_size {tb} // train_micro_batch_size_per_gpu {mb} // world size {n} = {ga}"))
-    elif tb is not None and ga is not None:
-        mb = tb // n // ga
-        derived.append(("train_micro_batch_size_per_gpu",
-                        f"train_batch_size {tb} // world size {n} // gradient_accumulation_steps {ga} = {mb}"))
-    elif mb is not None and ga is not None:
-        tb = mb * ga * n
-        derived.append(("train_batch_size", f"train_micro_batch_size_per_gpu {mb} × gradient_accumulation_steps "
-                        f"{ga} × world size {n} = {tb}"))
-    elif tb is not None:
-        ga, mb = 1, tb // n
-        derived += [("gradient_accumulation_steps", "1 (neither it nor train_micro_batch_size_per_gpu is given)"),
-                    ("train_micro_batch_size_per_gpu", f"train_batch_size {tb} // world size {n} = {mb}")]
-    elif mb is not None:
-        tb, ga = mb * n, 1
-        derived += [("train_batch_size", f"train_micro_batch_size_per_gpu {mb} × world size {n} = {tb}"),
-                    ("gradient_accumulation_steps", "1 (neither it nor train_batch_size is given)")]
-    else:
-        return BatchArithmetic(None, None, ga, n, (), "Either train_batch_size or train_micro_batch_size_per_gpu "
-                               "needs to be provided", "train_micro_batch_size_per_gpu")
-    out = functools.partial(BatchArithmetic, tb, mb, ga, n, tuple(derived))
-    if not tb > 0:
-        return out(f"Train batch size: {tb} has to be greater than 0", "train_batch_size")
-    if not mb > 0:
-        return out(f"Micro batch size per gpu: {mb} has to be greater than 0", "train_micro_batch_size_per_gpu")
-    if not ga > 0:
-        return out(f"Gradient accumulation steps: {ga} has to be greater than 0", "gradient_accumulation_steps")
-    if tb != mb * ga * n:
-        return out("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
-                   f"gradient_acc_step * world_size {tb} != {mb} * {ga} * {n}", "train_batch_size")
-    return out()
-
-
-#: Plan fields for the config's batch keys, and how a message names them when nobody passed ``names``.
 _BATCH_FIELDS = {"train_micro_batch_size_per_gpu": ("micro_batch", "the plan's micro batch"),
                  "gradient_accumulation_steps": ("grad_accum", "the plan's accumulation")}
 
@@ -665,6 +577,7 @@ def _intended(ctx: _Ctx, key: str) -> tuple[int | None, str]:
     if ctx.plan is None or (ctx.stated is not None and field not in ctx.stated):
         return None, name
     return getattr(ctx.plan, field), name
+
 
 
 def _batch_fix(ds: BatchArithmetic, given: dict, ctx: _Ctx) -> str:

@@ -320,16 +320,18 @@ def step_terms(w: Workload, machine: Machine, c: Mapping | None = None) -> dict[
 
 def workload(e, *, bf16_states: bool | None = None, attention: str = "sdpa", spec=None) -> Workload:
     """A :class:`Workload` from a :class:`cookbook.memory.MemoryEstimate` (its plan, ``bf16_states`` and NVMe
-    bytes per step) or a :class:`cookbook.plan.Plan` (then ``bf16_states`` as given, no NVMe bytes unless the
-    plan offloads to NVMe, when :func:`cookbook.memory.estimate` is run for them)."""
+    bytes per step) or a :class:`cookbook.plan.Plan` (then ``bf16_states`` as given; not for NVMe variants).
+
+    Raises:
+        SpeedModelError: a Plan that offloads to NVMe (its NVMe bytes come from :func:`cookbook.memory.estimate`).
+    """
     from .plan import Plan
     if isinstance(e, Plan):
         plan = e
         if "nvme" in (plan.offload_optimizer, plan.offload_param):
-            from .memory import estimate
-            e = estimate(plan, bf16_states=bool(bf16_states), spec=spec)
-        else:
-            e = None
+            raise SpeedModelError(f"{plan.label}: an NVMe variant's bytes per step come from its estimate: pass "
+                                  "cookbook.memory.estimate(plan) instead of the Plan")
+        e = None
     else:
         plan = e.plan
     if bf16_states is None:
