@@ -2233,6 +2233,13 @@ def _run_cli(args) -> int:
                         from .speed import predict
                         print("  recommended: " + str(predict(decision.recommended, machine, steps=args.max_steps,
                                                               epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)))
+                    others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
+                    for e in others:   # the price of exactness in time: each other option with room, or at the edge
+                        p = predict(e, machine, steps=args.max_steps, epochs=args.num_epochs,
+                                    dataset_tokens=args.dataset_tokens)
+                        tag = " (bf16 states, lossy)" if e.bf16_states else ""
+                        print(f"  {e.plan.label}{tag}, {e.status}: {p.tokens_per_s:,.0f} tokens/s, "
+                              f"{p.step_s:.2f} s a step")
             return 0 if decision.fits else 1
         est = estimate(plan, bf16_states=args.bf16_states, device=device)
         pred = _predicted(est, machine, args) if speed else None

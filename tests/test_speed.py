@@ -192,3 +192,21 @@ def test_bad_speed_flags_are_one_line_naming_the_flag(extra, needle, capsys):
     assert needle in err and "Traceback" not in err
     if "RTX 9999" in extra:
         assert "RTX 4090" in err and "H200" in err
+
+
+def test_sweep_prices_the_lossy_options_beside_the_exact_pick(capsys):
+    """1 × 24 GiB, 128 GiB, Qwen2.5-7B: the exact pick is NVMe; every other option with room (bf16 states) is shown
+    with its own predicted speed, so the user sees what exactness costs in time (issue 31 item 1)."""
+    from cookbook.memory import decide
+    from cookbook.plan import Plan
+    args = ["estimate", "qwen2.5-7b", "--gpus", "1", "--gpu-memory-gib", "24", "--host-memory-gib", "128",
+            "--seq-len", "1024", "--sweep", "--gpu", "RTX 4090", "--cpu-cores", "16"]
+    cli_main(args)
+    text = capsys.readouterr().out
+    plan = Plan(model="qwen2.5-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=128, seq_len=1024)
+    d = decide(plan)
+    assert not d.recommended.bf16_states and any(x.bf16_states for x in d.fitting)
+    m = speed.Machine(speed.gpu_spec("RTX 4090"), 16)
+    for e in (x for x in d.fitting if x is not d.recommended):
+        p = speed.predict(e, m)
+        assert f"{e.plan.label} (bf16 states, lossy), fits: {p.tokens_per_s:,.0f} tokens/s" in text
