@@ -345,10 +345,15 @@ def host_memory_needed_gib(plan: Plan) -> float | None:
     return cpu / 2**30
 
 
-#: What ``pin_memory: false`` costs, measured (``docs/benchmarks.md`` §15, ``data/reference/raw/h200_levers_session6_*``):
-#: LLaMA-7B on one H200 capped at 24 GiB, ZeRO-3 with optimizer and parameters on the CPU, bf16 states, 2 × 8 × 1024
-#: tokens per step: 1,381 tokens/s pinned (2026-12-02, session 5 call 2) against 458 unpinned (session 6 call 1).
-PIN_MEMORY_OFF_COST = {"pinned_tokens_per_s": 1381.0, "unpinned_tokens_per_s": 458.0, "source": "docs/benchmarks.md §15"}
+#: What ``pin_memory: false`` costs: the evidence record ``pin_memory.off`` (:mod:`cookbook.evidence`; LLaMA-7B,
+#: ZeRO-3 full offload, one GPU capped at 24 GiB), as the dict the messages read.
+def _pin_memory_off_cost() -> dict:
+    from .evidence import get
+    r = get("pin_memory.off")
+    return {"pinned_tokens_per_s": float(r.baseline["value"]), "unpinned_tokens_per_s": r.value, "source": r.cite()}
+
+
+PIN_MEMORY_OFF_COST = _pin_memory_off_cost()
 
 
 def host_memory_short(plan: Plan, *, bf16_states: bool = False) -> bool:

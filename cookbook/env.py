@@ -95,14 +95,19 @@ SECRET_MASK = "<set>"
 #: KMP_AFFINITY words that bind threads, and those that turn binding off (Intel OpenMP "Thread Affinity Interface").
 _KMP_BINDING_WORDS = ("granularity", "compact", "scatter", "explicit", "balanced")
 _KMP_NO_BINDING_WORDS = ("disabled", "none")
-#: The measured cost of pinned OpenMP threads in the rank that runs DeepSpeed's CPU Adam: docs/benchmarks.md §14
-#: (2026-12-02, one H200 capped at 24 GiB, LLaMA-7B ZeRO-3 with optimizer and parameters on the CPU, micro batch 16):
-#: 7b-16x1-bind (OMP_PROC_BIND=close, OMP_PLACES=cores, 15 threads on cores 1–15: DeepSpeed's core layout) in
-#: data/reference/raw/h200_levers_session5_call3_7b_levers.json against 7b-16x1 (no binding) in
-#: data/reference/raw/h200_levers_session5_call2_7b_levers.json; optimizer_step is the median of DeepSpeed's
-#: wall-clock breakdown per step, tokens/s the median over the steps after the first.
-OMP_BINDING_COST = {"source": "docs/benchmarks.md §14", "optimizer_step_s_bound": 18.1, "optimizer_step_s_free": 1.7,
-                    "slowdown": 10.7, "tokens_per_s_bound": 793, "tokens_per_s_free": 4332}
+#: The measured cost of pinned OpenMP threads in the rank that runs DeepSpeed's CPU Adam: the evidence record
+#: ``omp_binding.cpu_adam`` (:mod:`cookbook.evidence`; optimizer_step is the median of DeepSpeed's wall-clock
+#: breakdown per step, tokens/s the median over the steps after the first).
+def _omp_binding_cost() -> dict:
+    from .evidence import get
+    r = get("omp_binding.cpu_adam")
+    return {"source": r.cite(), "optimizer_step_s_bound": r.extra["optimizer_step_s_bound"],
+            "optimizer_step_s_free": r.extra["optimizer_step_s_free"],
+            "slowdown": r.extra["optimizer_step_slowdown"],  # of the unrounded medians
+            "tokens_per_s_bound": round(r.value), "tokens_per_s_free": round(float(r.baseline["value"]))}
+
+
+OMP_BINDING_COST = _omp_binding_cost()
 
 #: Packages for the version check, with the pip name for the fix.
 _PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("transformers", "transformers"),

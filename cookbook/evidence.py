@@ -29,7 +29,7 @@ class EvidenceError(KeyError):
 class Evidence:
     """One measured number: ``value`` in ``unit`` under ``conditions`` on ``machine`` (``date``), from the reference
     record ``source`` (``{"file", "call", "run"}``); ``baseline`` (optional) is the number it is compared with,
-    measured in the same call. ``extra`` holds the record's other fields (micro batch, memory, ...)."""
+    measured in the same call unless it says ``"same_call": false``. ``extra`` holds the record's other fields (micro batch, memory, ...)."""
 
     key: str
     value: float
@@ -53,7 +53,8 @@ class Evidence:
     def __str__(self) -> str:
         text = f"{self.value:,.0f} {self.unit}"
         if self.baseline:
-            text += f", {self.ratio:.2f}x {self.baseline['what']} ({float(self.baseline['value']):,.0f})"
+            where = "" if self.baseline.get("same_call", True) else ", measured in another call"
+            text += f", {self.ratio:.2f}x {self.baseline['what']} ({float(self.baseline['value']):,.0f}{where})"
         return f"{text} — {self.conditions} ({self.cite()})"
 
 

@@ -1088,7 +1088,7 @@ def _rule_zenflow(ctx: _Ctx) -> None:
                 f"zenflow with {bf16_key}.bf16_master_weights_and_grads true (bf16 optimizer states): DeepSpeed 0.19.8 "
                 "stops at start with 'Master weights feature requires ZeRO-2 Offload with DeepSpeedCPUAdam' "
                 "(runtime/zero/stage_1_and_2.py, _enforce_cpu_offload: an exact type check that ZenFlowCPUAdam fails; "
-                "measured on an H200, data/reference/h200_levers_2026-12-01.json)",
+                "seen on an H200, docs/benchmarks.md)",
                 f"set {bf16_key}.bf16_master_weights_and_grads and {bf16_key}.bf16_optimizer_states to false (fp32 "
                 "states: about twice the host RAM), or delete zenflow")
     fp16 = ctx.cfg.get("fp16")

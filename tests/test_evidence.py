@@ -29,7 +29,10 @@ def test_each_quoted_number_matches_its_record(key):
     if r.baseline:
         base = _reference_run(r.baseline["source"])
         assert abs(float(r.baseline["value"]) - _measured(base)) <= 0.5
-        assert base["call"] == run["call"], "a ratio is only quoted between runs of one call"
+        same = r.baseline.get("same_call", True)
+        assert (base["call"] == run["call"]) == same, "a ratio across calls must say so (same_call: false)"
+        if not same:
+            assert "another call" in str(r)
     for field in ("micro_batch", "peak_gpu_allocated_gib", "peak_gpu_reserved_gib"):
         if field in r.extra and run.get(field) is not None:
             assert r.extra[field] == pytest.approx(run[field], abs=0.01), field
