@@ -2114,7 +2114,8 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
                 alts.append(f"exact Adam with the parameters on the GPU: ZeRO-3 + optimizer offload, fp32 states, "
                             f"{g(opt.host_gib['total'])} of RAM, GPU {g(opt.gpu_gib['total'])} at micro batch {mb} × "
                             f"{ga} (--offload-param none --micro-batch {mb} --grad-accum {ga}); slower when it fills "
-                            f"the host (LLaMA-7B on 125.8 GiB: {LARGER_MICRO_MEASURED_OPT['fp32']['8x2']:,.0f} tokens/s "
+                            f"the host ({'measured on LLaMA-7B, not this model: ' if base.model != 'llama-7b' else ''}"
+                            f"LLaMA-7B on 125.8 GiB: {LARGER_MICRO_MEASURED_OPT['fp32']['8x2']:,.0f} tokens/s "
                             "at 8 × 2 against 4,182 with bf16 states and full offload at 16 × 1, "
                             f"{LARGER_MICRO_MEASURED_OPT['source']})")
                 break
