@@ -1414,7 +1414,9 @@ class Decision:
                            "(--host-memory-gib to check)")
             x = self.exact_alternative
             if x is not None:
-                out.append(f"    best exact alternative: {_shape_words(x)}{x.verdict} — status {x.status}; "
+                label = "best exact alternative" if x.status != NO_FIT else \
+                    "no exact variant fits; the closest (it does NOT fit)"
+                out.append(f"    {label}: {_shape_words(x)}{x.verdict} — status {x.status}; "
                            f"options: {variant_flags(x)}; cost: {variant_cost(x)}")
             if self.larger_micro is not None:
                 out.append("    " + larger_micro_line(e, self.larger_micro))

@@ -193,3 +193,15 @@ def test_zero2_init_flattens_on_the_cpu_when_the_card_is_short_and_on_a_capped_h
     assert not any("whatever the batch size" in r for r in real.reasons)
     # the host holds every param.cpu_data and the flat CPU buffer for a moment: 2·p·N beyond the runtime
     assert real.host_gib["total"] >= 2 * pN / GIB
+
+
+def test_an_exact_alternative_that_does_not_fit_is_not_called_the_best():
+    """LLaMA-7B, 1 × 24 GiB, 125.8 GiB host, 16 × 1 (notebook 06 on the H200): when no exact variant fits, the
+    closest one shown beside the lossy pick says it does not fit."""
+    from cookbook.memory import NO_FIT
+    plan = Plan(model="llama-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=125.8, seq_len=1024,
+                micro_batch=16, grad_accum=1)
+    d = decide(plan, nvme=False)
+    x = d.exact_alternative
+    assert d.recommended.bf16_states and x is not None and x.status == NO_FIT   # the premise
+    assert "the closest (it does NOT fit)" in str(d) and "best exact alternative" not in str(d)
