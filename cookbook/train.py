@@ -1320,6 +1320,19 @@ def verify_saved_model(accelerator, engine, folder: Path, data, tok, dtype, full
     return record
 
 
+
+def _finite(value):
+    """``value`` with every non-finite float (DeepSpeed's ``steps_per_print: inf`` in a copied config, a NaN loss)
+    replaced by None, so ``summary.json`` is strict JSON (``jq``, JavaScript) — never ``Infinity``/``NaN``."""
+    import math
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
 def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_peaks, facts, spec,
                   gradient_checkpointing, precision, finished, resumed_from, verification, device_name) -> dict:
     """Write ``summary.json`` (rank 0). Throughput is the median over steps after the first (warm-up).
@@ -1385,7 +1398,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
     if "nvme" in (summary["offload_optimizer"], summary["offload_param"]):
         summary["nvme_io"] = nvme_io_summary(args, world, ds_config, precision, gradient_checkpointing,
                                              summary["step_time_s"], device_name is None, host_peaks)
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
+    atomic_write_text(out / "summary.json", json.dumps(_finite(summary), indent=1, default=str))
     return summary
 
 

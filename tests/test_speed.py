@@ -210,3 +210,9 @@ def test_sweep_prices_the_lossy_options_beside_the_exact_pick(capsys):
     for e in (x for x in d.fitting if x is not d.recommended):
         p = speed.predict(e, m)
         assert f"{e.plan.label} (bf16 states, lossy), fits: {p.tokens_per_s:,.0f} tokens/s" in text
+
+
+def test_default_cpu_cores_are_named_with_how_to_change_them(capsys):
+    cli_main(ARGS + ["--gpu", "RTX 4090"])
+    out = capsys.readouterr().out
+    assert f"CPU cores: this machine's {speed.this_machine_cores()} — give --cpu-cores" in out

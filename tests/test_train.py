@@ -154,3 +154,13 @@ def test_corrupt_newest_checkpoint_is_skipped_and_previous_used(tmp_path):
     assert res.summary["resumed_from"].endswith("step-00000002")
     log = Path(res.log_paths["rank0"]).read_text()
     assert "skipping step-00000004" in log and "skipping .tmp-step-00000006" in log
+
+
+def test_summary_values_are_strict_json():
+    """summary.json never holds Infinity/NaN (a copied config's steps_per_print inf, a NaN loss): strict parsers
+    (jq, JavaScript's JSON.parse) reject them."""
+    import json
+    from cookbook.train import _finite
+    out = json.dumps(_finite({"steps_per_print": float("inf"), "losses": [1.5, float("nan")], "n": 3, "s": "x"}))
+    assert json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c))) == \
+        {"steps_per_print": None, "losses": [1.5, None], "n": 3, "s": "x"}
