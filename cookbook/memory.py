@@ -124,6 +124,12 @@ FETCH_FRAGMENTATION_LAYERS = 2.25
 #: (``data/calibration/cpu_rehearsal.json``: 0.53 GiB peak per rank, tiny-qwen2, 2 ranks, ZeRO-2).
 RUNTIME_BASELINE_GIB = 0.55
 
+#: The same on a CPU rank (the CPU rehearsal), GiB: 0.46 GiB peak per rank measured with the pinned set of
+#: ``constraints.txt`` (transformers 5.17; ``tests/test_memory.py::test_cpu_run_host_rss_against_estimate``, tiny-qwen2,
+#: 2 ranks, ZeRO-2) against the 0.53 above with later transformers: the import footprint moves with the library
+#: versions, so the middle. GPU ranks keep :data:`RUNTIME_BASELINE_GIB`, the value their calibration was fitted with.
+CPU_RUNTIME_BASELINE_GIB = 0.49
+
 #: Extra host RSS of a rank that initialises CUDA (driver, cuBLAS/cuDNN host code), GiB. Measured on the
 #: H200 (``data/calibration/cuda_runtime.json``): 0.94 GiB RSS after CUDA kernels ran vs 0.28-0.30 GiB for
 #: the same imports on a CPU-only torch; eager module loading would take ~5 GiB.
@@ -144,10 +150,13 @@ NVME_HOST_RUNTIME_GIB = 1.0
 
 
 def host_runtime_gib(*, cuda: bool, nvme: bool) -> float:
-    """Host RSS of one rank beyond its tensors, GiB: :data:`RUNTIME_BASELINE_GIB`, plus
+    """Host RSS of one rank beyond its tensors, GiB: :data:`CPU_RUNTIME_BASELINE_GIB` on a CPU rank; on a GPU rank
+    :data:`RUNTIME_BASELINE_GIB`, plus
     :data:`CUDA_HOST_RUNTIME_GIB` on a GPU rank, plus :data:`NVME_HOST_RUNTIME_GIB` on a GPU rank with NVMe
     offload (the estimate's ``host_gib["runtime"]`` per rank)."""
-    return RUNTIME_BASELINE_GIB + (CUDA_HOST_RUNTIME_GIB if cuda else 0.0) + (NVME_HOST_RUNTIME_GIB if cuda and nvme else 0.0)
+    if not cuda:
+        return CPU_RUNTIME_BASELINE_GIB
+    return RUNTIME_BASELINE_GIB + CUDA_HOST_RUNTIME_GIB + (NVME_HOST_RUNTIME_GIB if nvme else 0.0)
 
 def zenflow_overlap_step(ds_config: Mapping | None) -> bool:
     """True when ``ds_config`` asks for ZenFlow's overlapped optimizer step
@@ -1205,7 +1214,7 @@ def estimate_host_rss_cpu_run(plan: Plan, *, bf16_states: bool = False) -> float
     """Predicted peak host RSS (GiB, sum over the machine's ranks) of a CPU-rehearsal run of ``plan``.
 
     Same as ``estimate(plan, device="cpu").host_gib["total"]``: each rank's tensors in host RAM plus
-    offloaded states plus :data:`RUNTIME_BASELINE_GIB` per rank (measured calibration).
+    offloaded states plus :data:`CPU_RUNTIME_BASELINE_GIB` per rank (measured calibration).
     """
     return estimate(plan, bf16_states=bf16_states, device="cpu").host_gib["total"]
 
@@ -2135,7 +2144,7 @@ def rehearsal_memory_note(num_params: int | None = None) -> str:
     """One sentence saying why the CPU rehearsal's measured memory is nearly the same for every ZeRO variant.
 
     In the rehearsal the measured peak is the host RSS of all ranks, dominated by the Python/torch/DeepSpeed
-    runtime (:data:`cookbook.memory.RUNTIME_BASELINE_GIB` per rank, measured on the rehearsal), while the
+    runtime (:data:`cookbook.memory.CPU_RUNTIME_BASELINE_GIB` per rank, measured on the rehearsal), while the
     model states of the tiny model are megabytes: 16 bytes per parameter with mixed-precision Adam (2 + 2
     for 16-bit parameters and gradients, 4 + 4 + 4 for fp32 master weights and Adam m, v; ZeRO paper,
     Rajbhandari et al. 2020, §3.1).
@@ -2146,7 +2155,7 @@ def rehearsal_memory_note(num_params: int | None = None) -> str:
     states = (f" (16 B/param × {int(num_params):,} parameters = {16 * int(num_params) / 2**20:.1f} MiB)"
               if isinstance(num_params, (int, float)) and num_params > 0 else "")
     return (f"Why the CPU rehearsal's measured memory hardly differs between ZeRO variants: it is the host RSS of "
-            f"all ranks, and the Python/torch/DeepSpeed runtime (~{RUNTIME_BASELINE_GIB:g} GiB per rank, measured) "
+            f"all ranks, and the Python/torch/DeepSpeed runtime (~{CPU_RUNTIME_BASELINE_GIB:g} GiB per rank, measured) "
             f"dominates it, while the tiny model's states are megabytes{states}; the variants differ only at real "
             f"model sizes — see the estimates, and the GPU measurements in data/reference/ (each labelled with its "
             f"hardware) where they exist.")
@@ -2299,5 +2308,5 @@ def register(subparsers) -> None:
 __all__ = ["AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
            "choose_nvme_knobs", "error_band", "error_bands", "flattens_on_gpu", "headroom", "nvme_knobs_line",
            "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
-           "MemoryEstimate", "RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
+           "MemoryEstimate", "RUNTIME_BASELINE_GIB", "CPU_RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

@@ -394,7 +394,7 @@ def test_cpu_rehearsal_estimate():
     plan = Plan(model="tiny-qwen2", num_gpus=2, micro_batch=2, seq_len=512)
     e = estimate(plan, device="cpu")
     assert e.gpu_gib["total"] == 0 and e.host_gib["ranks_on_cpu"] > 0
-    assert e.host_gib["runtime"] == pytest.approx(2 * memory.RUNTIME_BASELINE_GIB)
+    assert e.host_gib["runtime"] == pytest.approx(2 * memory.CPU_RUNTIME_BASELINE_GIB)
     assert estimate_host_rss_cpu_run(plan) == pytest.approx(e.host_gib["total"])
 
 

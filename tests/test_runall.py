@@ -326,7 +326,7 @@ def test_record_writes_results_and_figures(tmp_path):
     assert "peak GPU reserved GiB (estimate, error, ±15 %) — n/a (CPU)" in frame.columns
     assert frame.loc["ZeRO-2", "steps"] == "—" and "why not within ±15 %" not in frame.columns
     assert "<td>None</td>" not in text and "<td>2.0</td>" not in text and "<td>2</td>" in text
-    assert "n/a (CPU)" in text and "0.55 GiB per rank" in text   # why the rehearsal's variants measure alike
+    assert "n/a (CPU)" in text and "0.49 GiB per rank" in text   # why the rehearsal's variants measure alike
 
 
 def test_figures_made_here_show_once_in_a_notebook():
@@ -368,7 +368,7 @@ def test_tidy_frame_counts_blanks_and_gpu_columns():
 
 def test_rehearsal_memory_note_states_size():
     note = memory.rehearsal_memory_note(354_880)
-    assert "0.55 GiB per rank" in note and "5.4 MiB" in note and "data/reference/" in note  # 16 × 354880 / 2**20 = 5.42
+    assert "0.49 GiB per rank" in note and "5.4 MiB" in note and "data/reference/" in note  # 16 × 354880 / 2**20 = 5.42
     assert "MiB)" not in memory.rehearsal_memory_note()
 
 
