@@ -397,12 +397,38 @@ def answers_frame(results: Mapping[str, Mapping | None]):
                                       recipe=None if gpu_run else (recipe_fields or None))
         if shape_note:
             extra.append(shape_note)
+        recipe_proj = _recipe_projection(recipe_fields, bf16_states=bool((res.get("desktop_choice") or {}).get(
+            "bf16_states"))) if recipe_fields and name.startswith("06") else None
+        if recipe_proj is not None and label != recipe_label:
+            # the projection column belongs to the recipe on this row, not to the variant this machine measured
+            if proj is not None:
+                extra.append(f"the measured run's own variant ({label}) projects {proj:,.0f} tokens/s on a 4090")
+            proj = recipe_proj
+            note = (f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU cores "
+                    "(cookbook.speed, docs/speed.md)" + ("; " + note if note else ""))
         note = "; ".join([note, *extra])
         rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
                      "fits host": host_cell or _yes(fits_host), "measured here": measured,
                      "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
                      "notebook": name})
     return pd.DataFrame(rows)
+
+
+def _recipe_projection(plan_fields: Mapping, *, bf16_states: bool) -> float | None:
+    """The speed model's tokens/s (:func:`cookbook.speed.predict`) for a recipe's plan (a ``Plan.to_dict()``) on
+    RTX 4090s with 16 CPU cores; None when the plan cannot be rebuilt or estimated."""
+    from .memory import EstimateError, estimate
+    from .models import ModelNotFoundError
+    from .plan import Plan, PlanError
+    from .speed import Machine, SpeedModelError, gpu_spec, predict
+    try:
+        fields = {k: v for k, v in plan_fields.items() if k in Plan.__dataclass_fields__}
+        if "nvme" in (fields.get("offload_optimizer"), fields.get("offload_param")) and not fields.get("nvme_path"):
+            fields["nvme_path"] = "/local_nvme"   # the estimate needs a folder; the bytes per step do not depend on it
+        e = estimate(Plan(**fields), bf16_states=bf16_states)
+        return predict(e, Machine(gpu_spec("RTX 4090"), 16)).tokens_per_s
+    except (EstimateError, ModelNotFoundError, PlanError, SpeedModelError, TypeError, ValueError):
+        return None
 
 
 def collapse_repeated(frame, *, min_rows: int = 3, min_chars: int = 25):

@@ -1608,10 +1608,18 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
         least = min(cands, key=lambda e: e.gpu_gib["total"])
         need = math.ceil(least.headroom.gpu_need_gib or least.gpu_gib["total"])
         host = max(plan.host_memory_gib or 0, math.ceil(least.host_gib["total"])) if plan.host_memory_gib else None
-        e = estimate(least.plan.replace(gpu_memory_gib=float(need), host_memory_gib=host),
-                     bf16_states=least.bf16_states, spec=spec, device=device)
-        changes.append((f"GPUs with {need} GiB (have {plan.gpu_memory_gib:g})"
-                        + (f" and {host} GiB host RAM" if host and host != plan.host_memory_gib else ""), e))
+        # the estimate at a larger card can itself be larger (ZeRO-1/2 flattens on the GPU when the device has room:
+        # flattens_on_gpu), so raise the card until its own estimate fits; offer nothing that still does not fit
+        for _ in range(6):
+            e = estimate(least.plan.replace(gpu_memory_gib=float(need), host_memory_gib=host),
+                         bf16_states=least.bf16_states, spec=spec, device=device)
+            if e.fits_gpu and e.status != NO_FIT:
+                changes.append((f"GPUs with {need} GiB (have {plan.gpu_memory_gib:g})"
+                                + (f" and {host} GiB host RAM" if host and host != plan.host_memory_gib else ""), e))
+                break
+            need = max(need + 1, math.ceil(e.headroom.gpu_need_gib or e.gpu_gib["total"]))
+            if not e.fits_host and host is not None:
+                host = max(host, math.ceil(e.headroom.host_need_gib or e.host_gib["total"]))
     return Decision(plan, None, (), tuple(cands), tuple(changes))
 
 
@@ -2217,6 +2225,11 @@ def _run_cli(args) -> int:
     try:
         plan = plan_from_args(args)
         device = "cpu" if args.cpu_rehearsal else "cuda"
+        if args.gpu is not None and abs(machine.gpu.memory_gib - plan.gpu_memory_gib) > 1.0:
+            # --gpu names the card the speed is predicted for; the memory checked is --gpu-memory-gib's
+            print(f"note: --gpu {args.gpu!r} has {machine.gpu.memory_gib:g} GiB, but the memory checked is "
+                  f"--gpu-memory-gib {plan.gpu_memory_gib:g}; pass --gpu-memory-gib {machine.gpu.memory_gib:g} to "
+                  "check the card's own", file=sys.stderr)
         if args.bf16_states and plan.precision != "bf16":   # the typed flags, not sizes.py's Python names
             print(f"error: --bf16-states with --precision {plan.precision}: bf16 optimizer states need bf16 precision; "
                   "drop --bf16-states or set --precision to bf16", file=sys.stderr)
@@ -2242,7 +2255,7 @@ def _run_cli(args) -> int:
                 print(frame.to_string(index=False))
                 print()
                 print(str(decision))
-                if speed:
+                if speed and decision.recommended is not None:
                     print()
                     print(where)
                     if decision.recommended is not None:

@@ -273,3 +273,17 @@ def test_decision_names_exact_adam_at_another_shape():
     # fp32 recommended already (2 × 8): nothing to add
     plain = decide(Plan(**LLAMA, host_memory_gib=128).replace(offload_param="none"))
     assert not plain.recommended.bf16_states and plain.exact_other_shape is None
+
+
+def test_a_larger_card_change_is_offered_only_when_its_own_estimate_fits():
+    """Qwen2.5-7B, 1 × 24 GiB, 128 GiB, micro 16 × seq 1024: nothing fits; a "GPUs with N GiB" change is re-estimated
+    at N GiB (ZeRO-1/2 flattens on a card with room, so the need grows) and offered only if it then fits."""
+    from cookbook.memory import NO_FIT, decide
+    from cookbook.plan import Plan
+    d = decide(Plan(model="qwen2.5-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=128, seq_len=1024,
+                    micro_batch=16, grad_accum=1))
+    assert d.recommended is None and d.changes
+    for words, e in d.changes:
+        assert e.fits_gpu and e.status != NO_FIT, words
+        if words.startswith("GPUs with"):
+            assert f"GPUs with {e.plan.gpu_memory_gib:g} GiB" in words

@@ -714,6 +714,12 @@ def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path
     assert f"with bf16 states, llama-7b, micro batch 2 × accumulation 8 × 1024 tokens" in row["measured here"]
     note = row["note"]
     assert f"this notebook's NVMe run: skipped ({skipped})" in note
+    # the projection column is the recipe's (the NVMe variant on this row), not the measured CPU-offload run's
+    from cookbook.speed import Machine, gpu_spec, predict
+    est = memory.estimate(desktop.plan, bf16_states=desktop.bf16_states)
+    want = predict(est, Machine(gpu_spec("RTX 4090"), 16)).tokens_per_s
+    assert desktop.plan.offload_param == "nvme" and row["RTX 4090 projection tokens/s"] == round(want, 0)
+    assert f"the speed model for the recipe ({desktop.plan.label})" in note
     # one outcome per model and aio setting over every shipped NVMe runs record: finished if any run finished,
     # else stopped, else not run; 7B never ran with NVMe on a GPU
     shipped = [r for f in sorted((ROOT / "data" / "reference").glob("*nvme_runs*.json"))

@@ -216,3 +216,12 @@ def test_default_cpu_cores_are_named_with_how_to_change_them(capsys):
     cli_main(ARGS + ["--gpu", "RTX 4090"])
     out = capsys.readouterr().out
     assert f"CPU cores: this machine's {speed.this_machine_cores()} — give --cpu-cores" in out
+
+
+def test_gpu_whose_memory_differs_from_the_checked_memory_is_noted(capsys):
+    h100 = speed.gpu_spec("H100")
+    cli_main(ARGS + ["--gpu", "H100", "--gpu-memory-gib", "24"])
+    err = capsys.readouterr().err
+    assert f"--gpu 'H100' has {h100.memory_gib:g} GiB" in err and f"--gpu-memory-gib {h100.memory_gib:g}" in err
+    cli_main(ARGS + ["--gpu", "H100", "--gpu-memory-gib", f"{h100.memory_gib:g}"])
+    assert "--gpu 'H100' has" not in capsys.readouterr().err
