@@ -363,4 +363,4 @@ def test_nvme_host_runtime_term_only_for_gpu_ranks_with_nvme():
     run_cpu = memory.estimate(cpu, device="cuda").host_gib["runtime"]
     assert abs(run_cpu - (0.55 + 0.65)) < 1e-9                    # RUNTIME_BASELINE + CUDA_HOST_RUNTIME
     assert abs(run_nvme - (0.55 + 0.65 + 1.0)) < 1e-9             # + NVME_HOST_RUNTIME
-    assert abs(memory.estimate(nvme, device="cpu").host_gib["runtime"] - 0.55) < 1e-9   # a CPU rank: neither
+    assert abs(memory.estimate(nvme, device="cpu").host_gib["runtime"] - memory.CPU_RUNTIME_BASELINE_GIB) < 1e-9   # a CPU rank: its own baseline, neither
