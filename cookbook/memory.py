@@ -2197,24 +2197,30 @@ def _predicted(e, machine, args) -> dict:
     return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens).to_dict()
 
 
+def _speed_flag_error(args) -> str | None:
+    """The first bad speed flag of ``cookbook estimate`` (``--cpu-cores``, ``--max-steps``, ``--num-epochs``,
+    ``--dataset-tokens``) in words with its fix, or None."""
+    if args.cpu_cores is not None and args.cpu_cores < 1:
+        return (f"--cpu-cores {args.cpu_cores}: must be a positive number of CPU cores; give the cores of one "
+                "machine, e.g. --cpu-cores 16 (default: this machine's)")
+    if args.max_steps is not None and args.max_steps < 1:
+        return f"--max-steps {args.max_steps}: must be 1 or more optimizer steps"
+    if args.num_epochs is not None and (not args.num_epochs > 0 or not args.dataset_tokens):
+        return (f"--num-epochs {args.num_epochs:g} needs --dataset-tokens N (the tokens of your packed dataset, "
+                "positive) and epochs above 0; or give --max-steps")
+    if args.dataset_tokens is not None and args.dataset_tokens < 1:
+        return f"--dataset-tokens {args.dataset_tokens}: must be a positive number of tokens"
+    return None
+
+
 def _run_cli(args) -> int:
     import sys
     from .models import ModelNotFoundError
     from .plan import plan_from_args
     from .speed import SpeedModelError, UnknownGpuError
-    if args.cpu_cores is not None and args.cpu_cores < 1:
-        print(f"error: --cpu-cores {args.cpu_cores}: must be a positive number of CPU cores; give the cores of one "
-              "machine, e.g. --cpu-cores 16 (default: this machine's)", file=sys.stderr)
-        return 2
-    if args.max_steps is not None and args.max_steps < 1:
-        print(f"error: --max-steps {args.max_steps}: must be 1 or more optimizer steps", file=sys.stderr)
-        return 2
-    if args.num_epochs is not None and (not args.num_epochs > 0 or not args.dataset_tokens):
-        print(f"error: --num-epochs {args.num_epochs:g} needs --dataset-tokens N (the tokens of your packed dataset, "
-              "positive) and epochs above 0; or give --max-steps", file=sys.stderr)
-        return 2
-    if args.dataset_tokens is not None and args.dataset_tokens < 1:
-        print(f"error: --dataset-tokens {args.dataset_tokens}: must be a positive number of tokens", file=sys.stderr)
+    bad_speed_flag = _speed_flag_error(args)
+    if bad_speed_flag:
+        print(f"error: {bad_speed_flag}", file=sys.stderr)
         return 2
     try:
         machine, how = _speed_machine(args)

@@ -195,9 +195,10 @@ def fetched_modules(num_layers: int) -> int:
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int, *, checkpointing: bool) -> float:
-    """Training FLOPs per token: ``6·N + 12·L·h·s`` (Kaplan et al. 2020; PaLM appendix B's attention term);
-    with gradient checkpointing one more forward: ``8·N + 16·L·h·s`` (Chen et al. 2016)."""
-    return (8.0 if checkpointing else 6.0) * num_params + (16.0 if checkpointing else 12.0) * num_layers * hidden * seq_len
+    """Training FLOPs per token: :func:`cookbook.hardware.flops_per_token` (``6·N + 12·L·h·s``, PaLM appendix B);
+    with gradient checkpointing one more forward, 4/3 of it: ``8·N + 16·L·h·s`` (Chen et al. 2016)."""
+    from .hardware import flops_per_token as model_flops
+    return model_flops(num_params, num_layers, hidden, seq_len) * (4.0 / 3.0 if checkpointing else 1.0)
 
 
 @dataclass(frozen=True)
