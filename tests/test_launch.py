@@ -274,20 +274,6 @@ def test_real_child_deaths_are_classified(tmp_path, fault, status):
 
 
 @pytest.mark.slow
-def test_cpu_device_budget_reproduces_out_of_memory_under_zero2_not_under_offload(tmp_path):
-    # tiny-qwen2 holds 354,880 fp32 parameters: ZeRO-2 keeps all of them (1.4 MB) plus a half share of
-    # master weights and Adam states per rank; full offload keeps nothing but gradients on the "device".
-    budget = 0.002  # GiB
-    oom = launch(plan(zero_stage=2), tmp_path / "z2", max_steps=3, emulate_gpu_memory_gib=budget, progress=False,
-                 verify_save="off")
-    assert oom.status == "gpu_oom", oom.message
-    assert oom.details["tried_to_allocate_gib"] > 0
-    fits = launch(plan(zero_stage=3, offload_optimizer="cpu", offload_param="cpu"), tmp_path / "z3o", max_steps=3,
-                  emulate_gpu_memory_gib=budget, progress=False, verify_save="off")
-    assert fits.ok, fits.message
-
-
-@pytest.mark.slow
 def test_two_machines_over_loopback(tmp_path):
     p = plan(zero_stage=3, num_machines=2)
     res = launch(p, tmp_path / "run", max_steps=4, progress=False, hang_timeout_s=300, verify_save="off")
@@ -332,8 +318,12 @@ def _check_ran_as_resolved(res, run_dir: Path):
     assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"] == z
 
 
+# One template run from Python, one from the CLI (Accelerate's, below): LLaMA-Factory's ZeRO-3 offload template
+# resolves to the same zero_optimization block value by value and passes DeepSpeed's parser
+# (tests/test_dsconfig.py::test_templates_resolve_value_by_value, ::test_resolved_templates_pass_deepspeeds_parser),
+# so a third real run would prove nothing the two here do not.
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llamafactory_ds_z3_offload_config.json", "transformers_docs_zero3.json"])
+@pytest.mark.parametrize("name", ["transformers_docs_zero3.json"])
 def test_zero3_offload_templates_run_for_real(tmp_path, name):
     res = launch(plan(micro_batch=2), tmp_path / "run", config=str(TEMPLATES / name), max_steps=3, progress=False,
                  verify_save="off", hang_timeout_s=300, stated={"micro_batch", "num_gpus", "max_steps"})

@@ -143,12 +143,22 @@ def test_reference_notes_printed_by_01_to_06_are_one_tidy_line_per_file(tmp_path
 # ----------------------------------------------------------------------------------------------
 # cookbook run-all, end to end, once
 
+#: Optimizer steps of the training runs of 02-06 here: the notebooks' default is 40 (README's main job); 25 are
+#: enough for what the tests below read (the loss falls by > 0.5 from the first 5 steps to the last 5, every cell
+#: runs, the report compares the variants at the same steps) and save ~15 steps in each of 6 runs. Not 24: that is
+#: TARGET_STEPS, and the target's config must be seen not to take the rehearsal's steps. 01's fix run keeps its 10.
+STEPS = 25
+assert STEPS != TARGET_STEPS
+SHORTENED = ["02", "03", "04", "05", "06"]
+
+
 @pytest.fixture(scope="module")
 def run_all(tmp_path_factory):
     out = tmp_path_factory.mktemp("run-all")
     env = dict(os.environ, MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(out), "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=2400)
+    steps = [a for nb in SHORTENED for a in ("-p", f"{nb}:MAX_STEPS", str(STEPS))]
+    proc = subprocess.run([sys.executable, "-m", "cookbook.cli", "run-all", "--output-dir", str(out), "--no-progress",
+                           *steps], capture_output=True, text=True, env=env, timeout=2400)
     return out, proc
 
 
@@ -202,7 +212,9 @@ def test_01_zero2_cannot_fit_and_the_rehearsal_hits_oom(run_all):
     assert r["zero2_min_gpu_gib"] > 24
     assert r["budget_scaled"] is True
     assert r["budget_gib"] == pytest.approx(24 * N_TINY_QWEN2 / N_QWEN14B)
-    assert r["oom_status"] == "gpu_oom"
+    # the CPU rehearsal's device budget reproduces the OOM under ZeRO-2 and not under full offload (the same budget,
+    # below): the one real run of that behaviour in the suite
+    assert r["oom_status"] == "gpu_oom" and r["oom_tried_to_allocate_gib"] > 0
     assert r["runs"]["ZeRO-2"]["status"] == "gpu_oom"
     # the advice is the run's: ZeRO-2 on 2 ranks, whose rehearsal budget counts model states only
     assert "--zero-stage 3" in r["oom_message"] and "counts model states only" in r["oom_message"]
@@ -223,7 +235,7 @@ def test_01_zero2_cannot_fit_and_the_rehearsal_hits_oom(run_all):
 def _step(r, label, world=2):
     run = r["runs"][label]
     assert run["status"] == "ok", run["message"]
-    assert run["world_size"] == world and run["steps"] == 40
+    assert run["world_size"] == world and run["steps"] == STEPS
     assert run["loss_fell"] and run["last5_mean_loss"] < run["first5_mean_loss"] - 0.5
     assert run["tokens_per_s"] > 0 and run["host_peak_gib"] > 0
     return run
@@ -238,7 +250,7 @@ def test_02_zero2(run_all):
     assert r["config"]["zero_optimization"]["stage"] == 2 and r["config"]["bf16"]["enabled"] is True
     # DeepSpeed's batch rule in the cookbook's config: 1 × 16 × 8
     assert r["config"]["train_batch_size"] == 128
-    # the target's config carries the target's hyper-parameters, not the rehearsal's (3e-3, 40 steps):
+    # the target's config carries the target's hyper-parameters, not the rehearsal's (3e-3, STEPS steps):
     # lr 1e-5, cosine, 3 epochs of the 977 packed rows = ceil(3 × ceil(ceil(977 / 8) / 16)) = 24 steps
     assert r["config"]["optimizer"]["params"]["lr"] == 1e-5
     assert r["config"]["scheduler"]["type"] == "WarmupCosineLR"

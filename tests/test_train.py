@@ -11,8 +11,6 @@ import pytest
 from cookbook.launch import launch
 from cookbook.plan import Plan
 
-pytestmark = pytest.mark.slow
-
 METRIC_FIELDS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "tflops", "mfu",
                  "peak_gpu_allocated_gib", "peak_gpu_reserved_gib", "host_rss_gib", "real_tokens", "token_slots",
                  "packing_efficiency", "row_tokens_mean", "row_tokens_max", "row_width_max"}
@@ -34,6 +32,7 @@ def plan(**kw) -> Plan:
     return Plan(**base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage,opt,param", [(2, "none", "none"), (3, "none", "none"), (3, "cpu", "cpu")],
                          ids=["zero2", "zero3", "zero3-offload"])
 def test_each_zero_variant_trains_on_two_real_ranks(tmp_path, stage, opt, param):
@@ -67,6 +66,7 @@ def test_each_zero_variant_trains_on_two_real_ranks(tmp_path, stage, opt, param)
     assert abs(host_row["error %"]) <= 35
 
 
+@pytest.mark.slow
 def test_saved_model_reloads_with_from_pretrained_and_matches_logits(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -107,6 +107,7 @@ def _losses(run_dir) -> dict:
     return {r["step"]: r["loss"] for r in map(json.loads, (Path(run_dir) / "metrics.jsonl").read_text().splitlines())}
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume_continues_like_uninterrupted(tmp_path):
     p = plan(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
     ref = launch(p, tmp_path / "ref", max_steps=12, save_steps=3, progress=False, hang_timeout_s=300,
@@ -137,6 +138,7 @@ def test_kill_9_mid_run_then_resume_continues_like_uninterrupted(tmp_path):
     assert lr_res == pytest.approx(lr_ref, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_corrupt_newest_checkpoint_is_skipped_and_previous_used(tmp_path):
     p = plan(zero_stage=2)
     first = launch(p, tmp_path / "run", max_steps=6, save_steps=2, progress=False, verify_save="off",
@@ -157,7 +159,7 @@ def test_corrupt_newest_checkpoint_is_skipped_and_previous_used(tmp_path):
 
 
 def test_summary_values_are_strict_json():
-    """summary.json never holds Infinity/NaN (a copied config's steps_per_print inf, a NaN loss): strict parsers
+    """(Not slow: no run.) summary.json never holds Infinity/NaN (a copied config's steps_per_print inf, a NaN loss): strict parsers
     (jq, JavaScript's JSON.parse) reject them."""
     import json
     from cookbook.train import _finite
