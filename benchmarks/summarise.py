@@ -20,6 +20,14 @@ import tempfile
 from pathlib import Path
 
 
+def _liger_in(command: str) -> bool:
+    """Whether an ``accelerate launch`` line ran Liger: ``--liger on``, or a bare ``--liger`` (before ``--liger
+    {auto,on,off}``); ``--liger off`` did not. (A newer summary.json says it: ``liger``.)"""
+    words = command.split()
+    return any(w == "--liger" and (i + 1 == len(words) or words[i + 1] not in ("off", "auto"))
+               for i, w in enumerate(words))
+
+
 def project_rtx4090(rec: dict, *, packed: bool, cores: int = 16) -> float | None:
     """The RTX 4090 projection of a measured H200 run: measured tokens/s × (the speed model's tokens/s for the
     run's variant on a 4090) / (its tokens/s on the H200 it ran on), both with ``cores`` CPU cores
@@ -59,7 +67,7 @@ def run_record(folder: Path, call: str) -> dict:
                grad_accum=s["grad_accum"], seq_len=s["seq_len"], zero_stage=s["zero_stage"],
                offload_optimizer=s["offload_optimizer"], offload_param=s["offload_param"],
                precision=s["precision"], attention=(s.get("attention") or {}).get("implementation"),
-               liger="--liger" in (command[0] if command else ""), steps=s["steps"],
+               liger=s["liger"] if "liger" in s else _liger_in(command[0] if command else ""), steps=s["steps"],
                first_step_s=steps[0]["step_time_s"] if steps else None,
                tokens_per_s_after_first=round(statistics.mean(later), 1) if later else None,
                tokens_per_s=s["tokens_per_s"], step_time_s=s["step_time_s"], mfu=s.get("mfu"),

@@ -232,8 +232,7 @@ def train_argv(plan: Plan, output_dir: Path, **options) -> list[str]:
             "--output-dir", str(output_dir)]
     if plan.nvme_path:
         argv += ["--nvme-path", plan.nvme_path]
-    if plan.liger:
-        argv.append("--liger")
+    argv += ["--liger", "on" if plan.liger else "off"]  # decided by the launcher: the ranks do not choose again
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is None or value is False:
@@ -880,6 +879,7 @@ class _Launch:
         s = options.schedule
         self.lr, self.max_steps, self.warmup_steps, self.lr_scheduler = s.lr, s.max_steps, s.warmup_steps, s.lr_scheduler
         self.names, self.stated, self.run_file, self.lr_source = origin.names, origin.stated, origin.run_file, origin.lr_source
+        self.auto = frozenset(origin.auto or ())
         self.opts = train_options(options)
         self.resolution = self.ds_config = self.config_scheduler = self.lr_auto = None
         self.name = "config" if config is None or isinstance(config, dict) else Path(config).name
@@ -1014,6 +1014,8 @@ class _Launch:
                         if self.config is None and not self.elsewhere else None)
         if self.refused and (not dry_run or not on_gpu):
             self.refuse(self.refused)
+        if "liger" in self.auto:  # --liger auto: on where it can run, decided on the stage the config gave
+            self.plan = plan = self.resolve_liger(plan)
         self.liger_refused = liger_refusal(plan, on_gpu=on_gpu, dry_run=dry_run)
         if self.liger_refused and not dry_run:
             self.refuse(self.liger_refused + "; nothing was launched")
@@ -1024,6 +1026,20 @@ class _Launch:
         except AttentionError as exc:
             self.refuse(f"{exc}; nothing was launched")
         print(f"[attention] {impl} ({why})")
+
+    def resolve_liger(self, plan: Plan) -> Plan:
+        """``--liger auto`` (:func:`cookbook.liger.resolve`) for this plan, printed as ``[liger] auto: on/off (why)``.
+        A dry run planned for a GPU machine elsewhere assumes that machine has liger-kernel (its run checks)."""
+        from . import liger
+        from .models import model_spec
+        try:
+            model_type = model_spec(str(plan.model)).model_type
+        except Exception:  # noqa: BLE001 - a missing model is reported by the input checks, naming --model
+            model_type = None
+        on, why = liger.resolve("auto", model_type=model_type, zero_stage=plan.zero_stage,
+                                on_gpu=self.on_gpu or self.elsewhere, is_installed=True if self.elsewhere else None)
+        print(f"[liger] {why}", flush=True)
+        return plan.replace(liger=on) if on != plan.liger else plan
 
     # ---- 3. the training inputs -----------------------------------------------------------------
 
@@ -1105,7 +1121,7 @@ class _Launch:
             print(BF16_STATES_NOTE, flush=True)
         if self.liger_refused:
             print(f"[liger] note: {self.liger_refused}", flush=True)
-        elif plan.liger:
+        elif plan.liger and "liger" not in self.auto:  # auto said it already (resolve_liger)
             print("[liger] Liger fused linear cross-entropy: the loss without the full logits tensor "
                   "(--liger; the DeepSpeed config has no key for it)", flush=True)
 
@@ -1514,6 +1530,8 @@ def _run_file_actions(parser: argparse.ArgumentParser) -> dict:
 def _convert(path: str, key: str, value, action, via_option: bool):
     """A run-file value converted and checked as argparse would check the flag."""
     where = f"{path}: {key}"
+    if isinstance(value, bool) and action.choices is not None and {"on", "off"} <= set(action.choices):
+        return "on" if value else "off"  # `liger: true` for --liger {auto,on,off}
     if action.nargs == 0:  # store_true / store_false
         if not isinstance(value, bool):
             raise RunFileError(f"{where}: {value!r} is not true or false")
@@ -1714,8 +1732,14 @@ def _plan_from_args(args, on_gpu: bool) -> tuple[Plan, list[str]]:
                 grad_accum=args.grad_accum, precision=precision, zero_stage=args.zero_stage,
                 offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
                 gradient_checkpointing=gc, nvme_path=args.nvme_path, num_machines=args.num_machines,
-                liger=bool(getattr(args, "liger", False)))
+                liger=_liger_flag(getattr(args, "liger", "auto")))
     return plan, notes
+
+
+def _liger_flag(value) -> bool:
+    """The plan's ``liger`` for a ``--liger`` value before ``auto`` is decided (:meth:`_Launch.resolve_liger`):
+    ``on``/True (a run file's ``liger: true``) is on; ``off``, False and ``auto`` are off until then."""
+    return value is True or value == "on"
 
 
 def _print_result(res: RunResult, args) -> int:
@@ -1767,7 +1791,8 @@ def _cli(args) -> int:
     # the options typed (a config value may override only a default) and the flags to name them by
     stated = {DEST_FIELDS.get(d, d) for d in (getattr(args, "_typed", None) or {})}
     origin = Origin(stated=stated, names=getattr(args, "_names", None), run_file=getattr(args, "run_file", None),
-                    lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None))
+                    lr_source=getattr(args, "_lr_source", None) or ("--lr" if args.lr is not None else None),
+                    auto={"liger"} if getattr(args, "liger", "auto") in ("auto", None) else ())
     import contextlib
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         res = launch(plan, args.output_dir, from_args(args), config=getattr(args, "config", None),

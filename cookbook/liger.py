@@ -1,4 +1,8 @@
-"""``--liger``: Liger kernels' fused linear cross-entropy (FLCE) in the training entry.
+"""``--liger {auto,on,off}``: Liger kernels' fused linear cross-entropy (FLCE) in the training entry.
+
+``auto`` (the default of ``cookbook train``/``launch``) turns it on where it can run and off elsewhere, with the
+reason on the console (:func:`resolve`); ``on`` (or a bare ``--liger``) asks for it and is refused where it cannot
+run; ``off`` keeps transformers' own loss.
 
 What it does: before the model is built, :func:`apply_liger` calls liger-kernel's own
 ``apply_liger_kernel_to_<arch>(rope=False, cross_entropy=False, fused_linear_cross_entropy=True,
@@ -38,6 +42,10 @@ KERNELS = {"rope": False, "cross_entropy": False, "fused_linear_cross_entropy": 
 INSTALL_FIX = "pip install liger-kernel (or pip install -e '.[liger]'; it needs a CUDA build of torch and Triton)"
 
 
+#: ``--liger`` values: ``auto`` (on where it can run: :func:`resolve`), ``on``, ``off``.
+CHOICES = ("auto", "on", "off")
+
+
 class LigerError(ValueError):
     """``--liger`` cannot work for this run; the message names ``--liger``, what is wrong and the fix."""
 
@@ -73,6 +81,44 @@ def problems(*, model_type: str | None, zero_stage: int | None, on_gpu: bool, ch
     if check_install and on_gpu and not installed():
         out.append(f"{flag}: liger-kernel is not installed; {INSTALL_FIX}")
     return out
+
+
+def resolve(choice: str | bool | None, *, model_type: str | None, zero_stage: int | None, on_gpu: bool,
+            is_installed: bool | None = None) -> tuple[bool, str]:
+    """Whether a run uses Liger's fused linear cross-entropy, and the console's reason.
+
+    Args:
+        choice: the ``--liger`` value (:data:`CHOICES`; True/False and None, from a run file or the Python API,
+            mean ``on``/``off``/``auto``).
+        model_type, zero_stage, on_gpu: as for :func:`problems`.
+        is_installed: whether liger-kernel is installed (None: look, :func:`installed`).
+
+    Returns:
+        ``(on, why)``. ``auto`` is on exactly when :func:`problems` finds nothing: an NVIDIA GPU, liger-kernel
+        installed, a llama/qwen2 model and ZeRO stage 0–2. It stays off for ZeRO-3 (Liger-Kernel issue #1048), so
+        the choice never changes what a run can do, only how much of the card the loss takes: the logits are
+        never stored (the memory estimate counts one chunk of them, :func:`cookbook.memory.liger_flce_bytes`).
+        Explicit ``on`` is returned as asked; the caller refuses it with :func:`problems` where it cannot run.
+
+    Raises:
+        LigerError: a value outside :data:`CHOICES`, naming ``--liger``.
+    """
+    if choice is None or choice is True or choice is False:
+        choice = {None: "auto", True: "on", False: "off"}[choice]
+    if choice not in CHOICES:
+        raise LigerError(f"--liger {choice!r}: use one of {', '.join(CHOICES)} (auto: on where it can run)")
+    if choice != "auto":
+        return choice == "on", f"--liger {choice}"
+    if not on_gpu:
+        return False, "auto: off (no NVIDIA GPU: Liger's kernels are Triton kernels for CUDA)"
+    if model_type is not None and model_type not in ARCHITECTURES:
+        return False, f"auto: off (model type {model_type!r}: the cookbook applies it to {', '.join(sorted(ARCHITECTURES))})"
+    if zero_stage == 3:
+        return False, "auto: off (ZeRO-3 never gathers lm_head.weight for Liger's fused loss: Liger-Kernel #1048)"
+    if not (installed() if is_installed is None else is_installed):
+        return False, f"auto: off (liger-kernel is not installed; {INSTALL_FIX})"
+    return True, ("auto: on (fused linear cross-entropy: the loss without the full logits tensor, so a larger "
+                  "micro batch fits; --liger off for transformers' own loss)")
 
 
 def apply_liger(model_type: str) -> str:

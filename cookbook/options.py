@@ -283,12 +283,16 @@ class Origin:
         run_file: the YAML run file the options came from (named in ``run.resolved.yaml``).
         lr_source: where ``lr`` came from, for ``summary.hyperparameters.lr_source`` (``--lr``, ``run file PATH``);
             None: ``launch(lr=...)`` when an lr is given.
+        auto: plan fields the caller left to the launcher (``{"liger"}`` for ``--liger auto``, the default of
+            ``cookbook train``/``launch``): :func:`cookbook.launch.launch` decides them once the user's config has
+            given the ZeRO stage, and says why (``cookbook.liger.resolve``). A Python caller's plan is taken as built.
     """
 
     stated: frozenset | set | tuple | None = None
     names: dict | None = None
     run_file: str | None = None
     lr_source: str | None = None
+    auto: frozenset | set | tuple = ()
 
 
 #: The flat names :func:`split_legacy` accepts besides the run options: :class:`Origin`'s fields, and ``liger``

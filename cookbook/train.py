@@ -132,10 +132,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                     help="recompute activations in backward (less memory, ~1/3 more compute); default on, except "
                          "for the CPU rehearsal of a tiny model")
     gc.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
-    p.add_argument("--liger", action="store_true",
-                   help="compute the loss with Liger kernels' fused linear cross-entropy (llama, qwen2; NVIDIA GPU "
-                        "and `pip install liger-kernel` needed; not ZeRO-3): the full logits are never stored, and "
-                        "the memory freed buys a larger --micro-batch (3.4B recipe on 24 GiB with --attention flex: micro 32 instead of 16, 2.06x tokens/s; data/evidence.json)")
+    p.add_argument("--liger", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
+                   help="Liger kernels' fused linear cross-entropy for the loss (llama, qwen2; NVIDIA GPU and "
+                        "`pip install liger-kernel`; not ZeRO-3): the full logits are never stored and the memory "
+                        "freed buys a larger --micro-batch. auto (default): on where it can run, off elsewhere, "
+                        "with the reason on the console; a bare --liger means on (refused where it cannot run)")
     p.add_argument("--output-dir", default="runs/train", help="run folder: metrics, summary, checkpoints, model")
     p.add_argument("--save-steps", type=int, default=_default("save_steps"), help="checkpoint every N steps (0: only at the end)")
     p.add_argument("--save-total-limit", type=int, default=_default("save_total_limit"),
@@ -866,9 +867,17 @@ class _Recipe:
         from .models import model_spec
         args, accelerator, ds_config = self.args, self.accelerator, self.ds_config
         self.spec = spec = model_spec(str(args.model), args.trust_remote_code)
-        if getattr(args, "liger", False):
-            from . import liger
-            stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+        from . import liger
+        stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+        try:
+            use_liger, why = liger.resolve(getattr(args, "liger", "auto"), model_type=spec.model_type,
+                                           zero_stage=stage, on_gpu=self.cuda)
+        except liger.LigerError as exc:
+            raise TrainInputError(str(exc)) from None
+        self.liger = use_liger
+        if not use_liger and why.startswith("auto"):
+            _print_rank0(accelerator, f"[liger] {why}")
+        if use_liger:
             found = liger.problems(model_type=spec.model_type, zero_stage=stage, on_gpu=self.cuda)
             if found:
                 raise TrainInputError("; ".join(found))
@@ -1183,6 +1192,7 @@ class _Recipe:
         if accelerator.is_main_process:
             all_rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
             self.facts.update(packing=self.packing, packing_reason=self.packing_reason, attention=self.attention,
+                              liger=self.liger,
                               rows_stats=self.data.stats())
             write_summary(out, args, all_rows, self.world, self.ds_config, self.shares, self.part, host_peaks,
                           self.facts, self.spec, self.gradient_checkpointing, self.precision, finished,
@@ -1372,7 +1382,7 @@ def write_summary(out: Path, args, rows, world, ds_config, shares, part, host_pe
         "model": str(args.model), "num_params": spec.num_params, "dataset": str(args.dataset or "shipped"),
         "seq_len": args.seq_len, "examples": facts["examples"], "truncated_examples": facts["truncated"],
         "format": facts.get("format"), "packing": facts.get("packing"), "packing_reason": facts.get("packing_reason"),
-        "attention": facts.get("attention"), "rows": facts.get("rows_stats"),
+        "attention": facts.get("attention"), "liger": bool(facts.get("liger")), "rows": facts.get("rows_stats"),
         **shape,
         "micro_batch": args.micro_batch, "grad_accum": args.grad_accum, "global_batch": facts["global_batch"],
         "small_dataset": facts.get("small_dataset"),

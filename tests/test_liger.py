@@ -164,15 +164,46 @@ def test_liger_reaches_the_rank_command_and_run_file(tmp_path):
     from cookbook.launch import load_run_file, train_argv
     from cookbook.train import add_launch_arguments, add_train_arguments
     argv = train_argv(_recipe(32, True), tmp_path)
-    assert "--liger" in argv and "--liger" not in train_argv(_recipe(32, False), tmp_path)
+    # the launcher decided: the ranks get on or off, never auto (they must not choose again)
+    assert argv[argv.index("--liger") + 1] == "on"
+    off = train_argv(_recipe(32, False), tmp_path)
+    assert off[off.index("--liger") + 1] == "off"
     p = argparse.ArgumentParser()
     add_train_arguments(p)
-    assert p.parse_args(argv).liger is True
-    run = tmp_path / "run.yaml"
-    run.write_text("liger: true\nmicro-batch: 32\n")
+    assert p.parse_args(argv).liger == "on" and p.parse_args(off).liger == "off"
+    assert p.parse_args(["--liger"]).liger == "on" and p.parse_args([]).liger == "auto"  # bare --liger: on
     p = argparse.ArgumentParser(prog="cookbook train")
     add_launch_arguments(p, with_config=False)
-    assert load_run_file(run, p)["liger"] is True
+    run = tmp_path / "run.yaml"
+    # YAML's true/false (and on/off, which YAML 1.1 reads as booleans) and the word auto
+    for text, want in (("true", "on"), ("false", "off"), ("on", "on"), ("off", "off"), ("auto", "auto")):
+        run.write_text(f"liger: {text}\nmicro-batch: 32\n")
+        assert load_run_file(run, p)["liger"] == want, text
+    run.write_text("liger: sometimes\n")
+    from cookbook.launch import RunFileError
+    with pytest.raises(RunFileError, match="'sometimes' is not one of auto, on, off"):
+        load_run_file(run, p)
+
+
+def test_liger_auto_is_on_exactly_where_it_can_run():
+    from cookbook import liger
+    on, why = liger.resolve("auto", model_type="llama", zero_stage=2, on_gpu=True, is_installed=True)
+    assert on and why.startswith("auto: on") and "--liger off" in why
+    assert liger.resolve("auto", model_type="qwen2", zero_stage=0, on_gpu=True, is_installed=True)[0]
+    for kw, reason in ((dict(model_type="llama", zero_stage=2, on_gpu=False, is_installed=True), "no NVIDIA GPU"),
+                       (dict(model_type="gpt2", zero_stage=2, on_gpu=True, is_installed=True), "'gpt2'"),
+                       (dict(model_type="llama", zero_stage=3, on_gpu=True, is_installed=True), "ZeRO-3"),
+                       (dict(model_type="llama", zero_stage=2, on_gpu=True, is_installed=False), "not installed")):
+        on, why = liger.resolve("auto", **kw)
+        assert not on and why.startswith("auto: off") and reason in why, (kw, why)
+        # auto is off exactly where problems() would refuse an explicit --liger on
+        assert liger.problems(model_type=kw["model_type"], zero_stage=kw["zero_stage"], on_gpu=kw["on_gpu"],
+                              check_install=False) or not kw["is_installed"]
+    # explicit values are returned as asked (the caller refuses an impossible "on"); the Python API's bools map
+    assert liger.resolve("on", model_type="gpt2", zero_stage=3, on_gpu=False) == (True, "--liger on")
+    assert liger.resolve(False, model_type="llama", zero_stage=2, on_gpu=True) == (False, "--liger off")
+    with pytest.raises(liger.LigerError, match="--liger 'yes': use one of auto, on, off"):
+        liger.resolve("yes", model_type="llama", zero_stage=2, on_gpu=True)
 
 
 def test_problems_named():

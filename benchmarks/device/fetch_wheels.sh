@@ -11,7 +11,7 @@ PKGS="annotated_types asttokens comm datasets==5.2.0 debugpy dill entrypoints ex
  ipykernel ipython ipython_pygments_lexers ipywidgets jedi jsonschema jsonschema_specifications jupyter_client
  jupyter_core jupyterlab_widgets matplotlib_inline multiprocess nbclient nbformat nest_asyncio2 papermill parso pexpect
  platformdirs prompt_toolkit ptyprocess pure_eval pydantic pydantic_core pyzmq referencing rpds_py stack_data tenacity
- tornado traitlets truststore typing_inspection wcwidth widgetsnbextension liger_kernel einops py-cpuinfo msgpack"
+ tornado traitlets truststore typing_inspection wcwidth widgetsnbextension liger_kernel einops py-cpuinfo msgpack nvidia_ml_py"
 for p in $PKGS; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT -d .whl "$p" \
     || echo "could not fetch $p" >&2
