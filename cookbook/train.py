@@ -909,8 +909,7 @@ class _Recipe:
     def build_model(self, attn_impl: str):
         """(the model, where its weights came from): its weights (safetensors, or ``torch.load`` with
         ``weights_only=True``), or a random initialisation of the architecture."""
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
         from .models import resolve_model_path
         args = self.args
         folder, _ = resolve_model_path(args.model)
@@ -922,14 +921,11 @@ class _Recipe:
                                                              local_files_only=True)
             safe = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
             return model, f"weights from {folder} ({'safetensors' if safe else 'torch.load with weights_only=True'})"
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=args.trust_remote_code, local_files_only=True)
-        torch.manual_seed(args.seed)
         zero3 = (self.ds_config.get("zero_optimization") or {}).get("stage") == 3
         # Random init on the GPU when the whole model lives there anyway (ZeRO-0/1/2): initialising
         # 3.4e9 parameters on the CPU took ~3 minutes on the H200 box. ZeRO-3 builds under zero.Init.
-        with torch.device(self.accelerator.device if self.cuda and not zero3 else "cpu"):
-            model = AutoModelForCausalLM.from_config(config, dtype=self.dtype, trust_remote_code=args.trust_remote_code,
-                                                     attn_implementation=attn_impl)
+        model = random_weights_model(folder, self.dtype, self.accelerator.device if self.cuda and not zero3 else "cpu",
+                                     seed=args.seed, attn_impl=attn_impl, trust_remote_code=args.trust_remote_code)
         return model, "random weights (architecture only)"
 
     def setup_rows(self) -> None:
@@ -1219,6 +1215,25 @@ class _Recipe:
             shutil.rmtree(final_model, ignore_errors=True)
             os.rename(tmp_final, final_model)
         return verification
+
+
+def random_weights_model(folder, dtype, device, *, seed: int = 0, attn_impl: str | None = None,
+                         trust_remote_code: bool = False):
+    """The architecture of the model folder ``folder`` (its ``config.json``) with a random initialisation
+    (``torch.manual_seed(seed)``), built directly on ``device`` in ``dtype`` (``AutoModelForCausalLM.from_config``
+    under ``torch.device``): what ``cookbook train --random-weights`` trains, and what
+    ``benchmarks/zero2_init_probe.py`` hands to DeepSpeed. ``attn_impl`` None: transformers' default.
+
+    Raises:
+        OSError: no ``config.json`` in ``folder`` (transformers' ``AutoConfig.from_pretrained``, local files only).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    torch.manual_seed(seed)
+    kw = {} if attn_impl is None else {"attn_implementation": attn_impl}
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code, **kw)
 
 
 def default_gradient_checkpointing(model: str, on_gpu: bool) -> bool:
