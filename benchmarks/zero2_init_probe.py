@@ -27,6 +27,9 @@ Modes (``--mode``):
 Outcome: ``ok`` (initialisation returned), ``oom`` (``torch.OutOfMemoryError``, its message kept), ``error`` (any
 other exception, type and message), ``started`` (the JSON written before ``deepspeed.initialize``, left as it is
 when the process is killed, e.g. by the host's OOM killer), ``dry``. Exit status 0 only for ``ok`` and ``dry``.
+``measured.path`` / ``prediction.path``: ``device`` (DeepSpeed's "sufficient memory" branch, flattened on the
+accelerator) or ``cpu`` (its "insufficient memory" branch). ``--available-memory-gib`` (tests only) replaces what
+DeepSpeed reads at its check, to run its CPU branch on any machine.
 
 Source of the path decision: DeepSpeed 0.19.8 ``runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.__init__``
 (``available_memory >= flat_buffer_bytes``; "Flattening param group {i} on {device} (sufficient memory)" / "... on
@@ -73,6 +76,9 @@ def validate(args) -> None:
         if value is not None and not value > 0:
             raise ProbeError(f"{flag} {value:g}: must be a positive number of GiB (2**30 bytes), e.g. 24 for an "
                              "RTX 4090")
+    if args.available_memory_gib is not None and not args.available_memory_gib >= 0:
+        raise ProbeError(f"--available-memory-gib {args.available_memory_gib:g}: must be 0 or more GiB (0 makes "
+                         "DeepSpeed take its CPU-flattening branch); leave it out to read the device")
     if args.device_total_gib is not None and args.device_total_gib < args.gpu_memory_gib:
         raise ProbeError(f"--device-total-gib {args.device_total_gib:g} is below --gpu-memory-gib "
                          f"{args.gpu_memory_gib:g}: the emulated card must fit in the device; lower --gpu-memory-gib")
@@ -112,7 +118,8 @@ def plan_and_config(model: str, gpu_memory_gib: float, *, host_memory_gib: float
 def predict(plan, cfg: dict, *, mode: str, device_total_gib: float | None, bf16_states: bool = False) -> dict:
     """What the cookbook's estimator says about initialising ``plan`` (GiB unless named otherwise).
 
-    ``flattens_on_gpu``: :func:`cookbook.memory.flattens_on_gpu` with ``gpu_device_gib`` = the device in ``cap``
+    ``path``: ``device`` (flattened on the accelerator) or ``cpu``. ``flattens_on_gpu``:
+    :func:`cookbook.memory.flattens_on_gpu` with ``gpu_device_gib`` = the device in ``cap``
     mode (NVML sees it all), None otherwise (``ballast``: NVML sees the card; ``none``: no emulated card — the
     plan's card is still what is asked about). ``nvml_free_at_check_gib``: that function's model of the free memory
     at DeepSpeed's check (device − :data:`cookbook.memory.CUDA_CONTEXT_GIB` − p·N). ``init_peak_allocated_gib``:
@@ -132,7 +139,7 @@ def predict(plan, cfg: dict, *, mode: str, device_total_gib: float | None, bf16_
     init = (2 if on_gpu else 1) * param_bytes / GIB
     return {
         "params": int(spec.num_params), "param_bytes": int(param_bytes), "param_gib": param_bytes / GIB,
-        "gpu_device_gib": gpu_device_gib, "flattens_on_gpu": bool(on_gpu), "path": "gpu" if on_gpu else "cpu",
+        "gpu_device_gib": gpu_device_gib, "flattens_on_gpu": bool(on_gpu), "path": "device" if on_gpu else "cpu",
         "nvml_free_at_check_gib": device - memory.CUDA_CONTEXT_GIB - param_bytes / GIB,
         "init_peak_allocated_gib": init,
         "init_fits_card": init + memory.CUDA_CONTEXT_GIB <= plan.gpu_memory_gib,
@@ -160,12 +167,12 @@ class _FlattenLog(logging.Handler):
 
 
 def path_from_line(line: str | None) -> str | None:
-    """``gpu`` / ``cpu`` from DeepSpeed's log line (``stage_1_and_2.py``: "... on CPU (insufficient memory)" is the
+    """``device`` / ``cpu`` from DeepSpeed's log line (``stage_1_and_2.py``: "... on CPU (insufficient memory)" is the
     CPU path; "... on {accelerator.device_name()} (sufficient memory)" the device path — on the CPU accelerator the
     device is ``cpu`` too, so the parenthesis decides), None without a line."""
     if not line:
         return None
-    return "cpu" if "insufficient memory" in line else "gpu"
+    return "cpu" if "insufficient memory" in line else "device"
 
 
 def _write(path: Path | None, rec: dict) -> None:
@@ -262,7 +269,7 @@ def run(args) -> dict:
         orig = acc.available_memory
 
         def reading(*a, **kw):
-            value = orig(*a, **kw)
+            value = orig(*a, **kw) if args.available_memory_gib is None else int(args.available_memory_gib * GIB)
             measured["available_memory_reads_gib"].append(value / GIB)
             return value
 
@@ -295,7 +302,7 @@ def run(args) -> dict:
     if "path" not in measured and measured["available_memory_reads_gib"]:
         # no log line (e.g. the logger silenced): DeepSpeed's own comparison, redone with the flat buffer's bytes
         flat = rec["prediction"]["param_bytes"] / GIB
-        measured["path"] = "gpu" if measured["available_memory_reads_gib"][0] >= flat else "cpu"
+        measured["path"] = "device" if measured["available_memory_reads_gib"][0] >= flat else "cpu"
         measured["path_inferred"] = True
     if engine is not None:
         opt = engine.optimizer
@@ -339,6 +346,8 @@ def parser() -> argparse.ArgumentParser:
                    help="GiB of the physical device (default: measured); needed by --mode cap --dry")
     p.add_argument("--host-memory-gib", type=float, default=None,
                    help="host RAM the config builder decides pin_memory with (default: this machine's)")
+    p.add_argument("--available-memory-gib", type=float, default=None,
+                   help="for tests: what DeepSpeed reads as free device memory at its check (0 takes its CPU path)")
     p.add_argument("--dry", action="store_true", help="the prediction only: no model, no DeepSpeed engine")
     p.add_argument("--out", default=None, help="the JSON file to write (also printed)")
     return p
