@@ -624,7 +624,9 @@ def flattens_on_gpu(plan: Plan, param_bytes: float, *, gpu_device_gib: float | N
     to the CPU (``param.cpu_data = param.data.cpu()``, ``param.data = torch.empty(1)``), ``empty_cache()`` gives
     their blocks back, the flat buffer is built on the CPU and moved to the device (peak p·N on the GPU).
 
-    Model (an assumption, not yet measured on a card that takes the CPU path): at the check the GPU holds the CUDA
+    Model (an assumption, not yet measured on a card that takes the CPU path; the probe that measures it,
+    ``benchmarks/zero2_init_probe.py`` — its ``ballast`` mode fills the device down to a real card's NVML view —
+    exists, its measurement is pending): at the check the GPU holds the CUDA
     context (:data:`CUDA_CONTEXT_GIB`) and the 16-bit parameters (``engine.py``
     ``_configure_distributed_model``: ``module.to(device)`` before the optimizer is built), nothing else; NVML's
     free memory is the device's memory minus both. On a GPU capped per process
