@@ -298,14 +298,17 @@ class Bench:
 
 
 def stream_probe(n_elems: int, reps: int = 5) -> dict:
-    """STREAM-like copy (``b = a``, 8 B/elem) and triad (``a = b + s*c``, 12 B/elem) on fp32 CPU tensors of
-    ``n_elems`` elements with torch's current thread count; best and median GB/s (1e9 B/s) over ``reps``."""
+    """STREAM-like copy (``b = a``, 8 B/elem), triad (``a = b + s*c``, 12 B/elem) and read (``a.sum()``, 4 B/elem)
+    on fp32 CPU tensors of ``n_elems`` elements with torch's current thread count; best and median GB/s (1e9 B/s)
+    over ``reps``, and ``best_gbs`` over the three. With few threads torch's kernels are compute-bound, so this is a
+    lower bound of the DRAM limit (``bandwidth.probe_below_adam`` says when Adam itself beat it)."""
     import torch
     a = torch.ones(n_elems)
     b = torch.full((n_elems,), 2.0)
     c = torch.full((n_elems,), 0.5)
     res = {}
-    for name, fn, nbytes in (("copy", lambda: b.copy_(a), 8), ("triad", lambda: torch.add(b, c, alpha=3.0, out=a), 12)):
+    for name, fn, nbytes in (("copy", lambda: b.copy_(a), 8), ("triad", lambda: torch.add(b, c, alpha=3.0, out=a), 12),
+                             ("read", lambda: a.sum(), 4)):
         fn()
         ts = []
         for _ in range(reps):
@@ -314,6 +317,7 @@ def stream_probe(n_elems: int, reps: int = 5) -> dict:
             ts.append(time.perf_counter() - t)
         res[f"{name}_best_gbs"] = nbytes * n_elems / min(ts) / 1e9
         res[f"{name}_median_gbs"] = nbytes * n_elems / statistics.median(ts) / 1e9
+    res["best_gbs"] = max(res[f"{k}_best_gbs"] for k in ("copy", "triad", "read"))
     res["array_elems"] = n_elems
     res["array_gib"] = n_elems * 4 / 2**30
     return res
@@ -403,6 +407,8 @@ def run(n: int, chunks: list[int], threads: int, device: str, adam: str, reps: i
         "stream_triad_best_gbs": stream_bw, "stream_copy_best_gbs": rec["stream"]["copy_best_gbs"]}
     rec["bandwidth"]["adam_fraction_of_triad"] = rec["bandwidth"]["adam_gbs"] / stream_bw
     rec["bandwidth"]["adam_fraction_of_copy"] = rec["bandwidth"]["adam_gbs"] / rec["stream"]["copy_best_gbs"]
+    rec["bandwidth"]["adam_fraction_of_probe_best"] = rec["bandwidth"]["adam_gbs"] / rec["stream"]["best_gbs"]
+    rec["bandwidth"]["probe_below_adam"] = rec["bandwidth"]["adam_gbs"] > rec["stream"]["best_gbs"]
     copy_part = ser["cast_s"] + (ser.get("h2d_s") or 0.0)
     rec["bounds_s"] = {
         "serial_sum": ser["adam_s"] + copy_part,

@@ -56,6 +56,9 @@ def test_json_numbers_follow_from_raw_timings(record):
     assert bw["cast_gbs"] == pytest.approx(6 * N / ser["cast_s"] / 1e9, rel=1e-9)
     assert bw["h2d_gbs"] is None and ser.get("h2d_s") is None             # --device cpu: no copy
     assert bw["adam_fraction_of_triad"] == pytest.approx(bw["adam_gbs"] / record["stream"]["triad_best_gbs"])
+    st = record["stream"]
+    assert st["best_gbs"] == max(st["copy_best_gbs"], st["triad_best_gbs"], st["read_best_gbs"])
+    assert bw["probe_below_adam"] == (bw["adam_gbs"] > st["best_gbs"])
     b = record["bounds_s"]
     assert b["serial_sum"] == pytest.approx(ser["adam_s"] + ser["cast_s"])
     assert b["ideal_overlap"] == pytest.approx(max(ser["adam_s"], ser["cast_s"]))
