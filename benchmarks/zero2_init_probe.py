@@ -258,7 +258,8 @@ def run(args) -> dict:
     try:
         t = time.perf_counter()
         folder, _ = resolve_model_path(args.model)
-        model = random_weights_model(folder, torch.bfloat16, "cuda" if cuda else "cpu", seed=0)
+        model = random_weights_model(folder, torch.bfloat16, "cuda" if cuda and args.build_on == "device" else "cpu",
+                                     seed=0)
         measured["model_build_s"] = time.perf_counter() - t
         if cuda:
             torch.cuda.synchronize()
@@ -284,6 +285,8 @@ def run(args) -> dict:
         if ds_logger.getEffectiveLevel() > logging.INFO:
             ds_logger.setLevel(logging.INFO)
         acc.available_memory = reading
+        if args.diagnose:
+            _diagnose_flatten(measured, torch, ballast)
         _write(out, rec)
         t = time.perf_counter()
         try:
@@ -334,6 +337,51 @@ def run(args) -> dict:
     return rec
 
 
+def _live_cuda(torch, ballast) -> dict:
+    """The CUDA tensors alive now (gc's view), without ``ballast``: count, GiB, how many are parameters, and for
+    the three largest the types of the objects that refer to them (who keeps a parameter's storage alive)."""
+    import gc
+    seen, rows = set(), []
+    for obj in gc.get_objects():
+        try:
+            if not torch.is_tensor(obj) or not obj.is_cuda or obj is ballast:
+                continue
+            ptr = obj.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - half-built objects in gc's list
+            continue
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        rows.append((obj.untyped_storage().nbytes(), obj))
+    rows.sort(key=lambda r: -r[0])
+    top = []
+    for nbytes, t in rows[:3]:
+        refs = [type(r).__name__ + (f"({getattr(r, 'f_code', None) and r.f_code.co_name})" if type(r).__name__ ==
+                                    "frame" else "") for r in gc.get_referrers(t)][:8]
+        top.append({"gib": nbytes / 2**30, "is_parameter": isinstance(t, torch.nn.Parameter), "shape": list(t.shape),
+                    "referrers": refs})
+    return {"count": len(rows), "gib": sum(r[0] for r in rows) / 2**30,
+            "parameters": sum(isinstance(r[1], torch.nn.Parameter) for r in rows), "largest": top}
+
+
+def _diagnose_flatten(measured: dict, torch, ballast) -> None:
+    """``--diagnose``: record :func:`_live_cuda` when DeepSpeed's ZeRO-1/2 optimizer flattens (its
+    ``flatten_dense_tensors_aligned``), i.e. after the CPU branch has replaced every parameter's data."""
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+    orig = DeepSpeedZeroOptimizer.flatten_dense_tensors_aligned
+
+    def wrapped(self, tensor_list, alignment, use_cpu_data=False, param_padding=None):
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.synchronize()
+        measured["at_flatten"] = {"use_cpu_data": use_cpu_data,
+                                  "allocated_gib": torch.cuda.memory_allocated() / 2**30 if cuda else None,
+                                  "live": _live_cuda(torch, ballast)}
+        return orig(self, tensor_list, alignment, use_cpu_data=use_cpu_data, param_padding=param_padding)
+
+    DeepSpeedZeroOptimizer.flatten_dense_tensors_aligned = wrapped
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a shipped name (llama-7b) or a config folder (benchmarks/models/llama-3b)")
@@ -348,6 +396,10 @@ def parser() -> argparse.ArgumentParser:
                    help="host RAM the config builder decides pin_memory with (default: this machine's)")
     p.add_argument("--available-memory-gib", type=float, default=None,
                    help="for tests: what DeepSpeed reads as free device memory at its check (0 takes its CPU path)")
+    p.add_argument("--build-on", default="device", choices=("device", "cpu"),
+                   help="where the random-weights model is built before deepspeed.initialize (cpu: DeepSpeed moves it)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="record the live CUDA tensors and their referrers when DeepSpeed flattens (slow: a gc scan)")
     p.add_argument("--dry", action="store_true", help="the prediction only: no model, no DeepSpeed engine")
     p.add_argument("--out", default=None, help="the JSON file to write (also printed)")
     return p
