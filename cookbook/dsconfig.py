@@ -60,12 +60,14 @@ DEEPSPEED_OWN_AUTO = frozenset(f"zero_optimization.zenflow.{k}" for k in ("selec
 #: them). ``zero2-offload-liger``: the recipe (ZeRO-2 + optimizer CPU offload, fp32 states: exact Adam) with
 #: Liger's fused linear cross-entropy (``--liger``, :mod:`cookbook.liger`) and flex attention (``--attention``,
 #: :mod:`cookbook.attention`), the fastest exact-Adam recipe measured for a ~3B model on one 24 GiB GPU
-#: (:data:`LIGER_RECOMMENDED`). :func:`preset_plan` sets them, and ``cookbook config`` prints the ``cookbook
-#: launch`` command that applies them: the JSON alone trains without the levers.
+#: (:data:`LIGER_RECOMMENDED`: micro batch 24, with room; micro 32 ran faster at the edge of the card,
+#: ``recipe.flex_liger_micro32``). :func:`preset_plan` sets them, and ``cookbook config`` prints the ``cookbook
+#: launch`` command that applies them: ``cookbook train``/``launch`` choose both by default (``auto``), another
+#: training script given only the JSON trains without them.
 PRESET_OPTIONS = {"zero2-offload-liger": {"liger": True}}
 
 #: The evidence key of the measured ``zero2-offload-liger`` run (:mod:`cookbook.evidence`, ``data/evidence.json``).
-LIGER_RECOMMENDED_EVIDENCE = "recipe.flex_liger_micro32"
+LIGER_RECOMMENDED_EVIDENCE = "recipe.default_micro24"
 
 
 def _liger_recommended() -> dict:
@@ -1392,8 +1394,10 @@ def preset_launch_note(plan: Plan, path: str, *, bf16_states: bool = False, targ
     if bf16_states:
         cmd.append("--bf16-states")
     text = ("liger: Liger's fused linear cross-entropy and flex attention are training-side options, not DeepSpeed "
-            "keys: this JSON alone trains WITHOUT them (and micro batch sizes sized for them may not fit). Launch "
-            "with --liger --attention flex (NVIDIA GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
+            "keys: `cookbook train`/`launch` turn both on by default where they can run (--liger auto, --attention "
+            "auto: an NVIDIA GPU with liger-kernel, packed rows), but another training script given only this JSON "
+            "trains WITHOUT them (and micro batch sizes sized for them may not fit). The command, with both stated "
+            "(NVIDIA GPU, `pip install liger-kernel`):\n  " + shlex.join(cmd))
     from .memory import LIGER_HEADROOM_GIB
     m = LIGER_RECOMMENDED
     try:

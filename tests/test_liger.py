@@ -144,15 +144,17 @@ def test_preset_config_parses_in_deepspeed(ds_dist, target):
 
 def test_config_cli_says_the_lever_is_not_in_the_json(capsys, tmp_path):
     out = tmp_path / "ds.json"
-    assert cli.main(["config", "zero2-offload-liger", "--gpus", "1", "--micro-batch", "32", "--grad-accum", "1",
+    assert cli.main(["config", "zero2-offload-liger", "--gpus", "1", "--micro-batch", "24", "--grad-accum", "1",
                      "--model", LLAMA3B, "--bf16-states", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "WITHOUT them" in err
-    assert f"cookbook launch --config {out} --liger --attention flex" in err and "--micro-batch 32" in err
+    assert f"cookbook launch --config {out} --liger --attention flex" in err and "--micro-batch 24" in err
+    assert "by default where they can run" in err  # cookbook train/launch: --liger auto
     assert "--bf16-states" in err
     # the measured line is the evidence record's, with its same-call baseline
     from cookbook import evidence
-    r = evidence.get("recipe.flex_liger_micro32")
+    r = evidence.get("recipe.default_micro24")
+    assert r.extra["micro_batch"] == 24 and r.baseline["source"]["call"] == r.source["call"]  # one call
     assert f"{r.value:,.0f} tokens/s, {r.ratio:.2f}x" in err and r.key in err
     assert json.loads(out.read_text())["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
 
