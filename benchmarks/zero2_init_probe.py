@@ -123,7 +123,7 @@ def predict(plan, cfg: dict, *, mode: str, device_total_gib: float | None, bf16_
     mode (NVML sees it all), None otherwise (``ballast``: NVML sees the card; ``none``: no emulated card — the
     plan's card is still what is asked about). ``nvml_free_at_check_gib``: that function's model of the free memory
     at DeepSpeed's check (device − :data:`cookbook.memory.CUDA_CONTEXT_GIB` − p·N). ``init_peak_allocated_gib``:
-    2·p·N on the device path, p·N on the CPU path (:func:`cookbook.memory.estimate`'s initialisation term).
+    :func:`cookbook.memory.zero12_init_peak_bytes` (the estimate's initialisation term).
     ``estimate``: the whole estimate of the plan (training peak at micro batch 1, ``seq_len`` of the plan).
     """
     from cookbook import memory
@@ -136,7 +136,7 @@ def predict(plan, cfg: dict, *, mode: str, device_total_gib: float | None, bf16_
     on_gpu = memory.flattens_on_gpu(plan, param_bytes, gpu_device_gib=gpu_device_gib)
     device = plan.gpu_memory_gib if gpu_device_gib is None else gpu_device_gib
     e = memory.estimate(plan, spec=spec, ds_config=cfg, bf16_states=bf16_states, gpu_device_gib=gpu_device_gib)
-    init = (2 if on_gpu else 1) * param_bytes / GIB
+    init = memory.zero12_init_peak_bytes(param_bytes, plan.num_gpus, on_gpu) / GIB
     return {
         "params": int(spec.num_params), "param_bytes": int(param_bytes), "param_gib": param_bytes / GIB,
         "gpu_device_gib": gpu_device_gib, "flattens_on_gpu": bool(on_gpu), "path": "device" if on_gpu else "cpu",

@@ -622,16 +622,17 @@ def flattens_on_gpu(plan: Plan, param_bytes: float, *, gpu_device_gib: float | N
     bytes of the flat buffer (``aligned_numel × element_size``). Enough: ``flatten_dense_tensors_aligned`` on the
     device while every per-tensor parameter still exists (peak 2·p·N). Not enough: each parameter is first copied
     to the CPU (``param.cpu_data = param.data.cpu()``, ``param.data = torch.empty(1)``), ``empty_cache()`` gives
-    their blocks back, the flat buffer is built on the CPU and moved to the device (peak p·N on the GPU).
+    their blocks back, the flat buffer is built on the CPU and moved to the device (peak p·N so far; then the
+    partition's clone, :func:`zero12_init_peak_bytes`).
 
-    Model (an assumption, not yet measured on a card that takes the CPU path; the probe that measures it,
-    ``benchmarks/zero2_init_probe.py`` — its ``ballast`` mode fills the device down to a real card's NVML view —
-    exists, its measurement is pending): at the check the GPU holds the CUDA
-    context (:data:`CUDA_CONTEXT_GIB`) and the 16-bit parameters (``engine.py``
-    ``_configure_distributed_model``: ``module.to(device)`` before the optimizer is built), nothing else; NVML's
-    free memory is the device's memory minus both. On a GPU capped per process
+    Model: at the check the GPU holds the CUDA context (:data:`CUDA_CONTEXT_GIB`) and the 16-bit parameters
+    (``engine.py`` ``_configure_distributed_model``: ``module.to(device)`` before the optimizer is built), nothing
+    else; NVML's free memory is the device's memory minus both. On a GPU capped per process
     (``torch.cuda.set_per_process_memory_fraction``, the H200 standing in for a 24 GiB card) NVML sees the whole
-    device, so DeepSpeed flattens on the GPU and the cap's 2·p·N decides: pass ``gpu_device_gib``.
+    device, so DeepSpeed flattens on the GPU and the cap's 2·p·N decides: pass ``gpu_device_gib``. Measured on one
+    H200 (``benchmarks/zero2_init_probe.py``, ``data/reference/h200_zero2_init.json``): with the device filled
+    down to a 24 GiB card's NVML view (ballast) LLaMA-7B took the CPU path and the 3.4B shape the GPU path, as
+    predicted; NVML read 0.45 GiB less free memory than this model (that device's CUDA context is larger).
 
     Args:
         plan: its ``gpu_memory_gib`` is the card, unless ``gpu_device_gib`` is given.
@@ -641,6 +642,35 @@ def flattens_on_gpu(plan: Plan, param_bytes: float, *, gpu_device_gib: float | N
     device = plan.gpu_memory_gib if gpu_device_gib is None else gpu_device_gib
     free = device * GIB - CUDA_CONTEXT_GIB * GIB - param_bytes
     return free >= param_bytes
+
+
+def zero12_init_peak_bytes(param_bytes: float, world_size: int, flat_on_gpu: bool) -> float:
+    """Bytes of GPU memory at the peak of DeepSpeed 0.19.8's ZeRO-0/1/2 optimizer initialisation, on one rank.
+
+    ``runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.__init__``: (1) the flat 16-bit buffer —
+    built on the GPU beside the per-tensor parameters (2·p·N, :func:`flattens_on_gpu` True) or on the CPU and
+    moved to the GPU after the parameters were freed (p·N); then (2) the fp32 master partition,
+    ``parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(device=self.device, dtype=...)``: the
+    clone of this rank's 16-bit partition (p·N / W for W ranks) is made **on the GPU** before it moves to the
+    CPU (optimizer offload) or becomes fp32. Peak: max(2·p·N, p·N + p·N/W) on the GPU path, p·N·(1 + 1/W) on
+    the CPU path. On one rank both are 2·p·N: ZeRO-2 + optimizer offload of LLaMA-7B (12.55 GiB of bf16
+    parameters) cannot initialise on one 24 GiB card whichever path DeepSpeed takes; on 8 ranks the CPU path
+    peaks at 14.1 GiB. Measured (``data/reference/h200_zero2_init.json``, one H200 filled down to 24 GiB):
+    LLaMA-7B flattened on the CPU and ran out of memory allocating the 12.55 GiB clone with the flat buffer
+    resident; the 3.4B shape peaked at 12.81 GiB allocated against 12.76 GiB from this formula.
+
+    Args:
+        param_bytes: p·N, bytes of the 16-bit parameters (ZeRO-0/1/2 keep them all on every rank).
+        world_size: data-parallel ranks W (ZeRO-0: pass 1).
+        flat_on_gpu: :func:`flattens_on_gpu`'s answer.
+
+    Raises:
+        ValueError: ``world_size`` below 1.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size {world_size}: must be at least 1")
+    after = param_bytes * (1 + 1 / world_size)
+    return max(2 * param_bytes, after) if flat_on_gpu else after
 
 
 def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = "cuda",
@@ -807,9 +837,9 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
     train = sum(gpu.values())
     tensors = train
     if cuda:
-        # initialisation peak of ZeRO-0/1/2: the flat 16-bit copy beside the per-tensor parameters (on the device),
-        # or the flat buffer alone when DeepSpeed flattens on the CPU (stage_1_and_2.py; flattens_on_gpu)
-        init = (2 if flat_on_gpu else 1) * B["param"] * N if stage < 3 else 0.0
+        # initialisation peak of ZeRO-0/1/2: the flat 16-bit buffer, then the GPU clone of this rank's partition
+        # (zero12_init_peak_bytes; stage_1_and_2.py)
+        init = zero12_init_peak_bytes(B["param"] * N, 1 if stage == 0 else g, flat_on_gpu) if stage < 3 else 0.0
         stale = B["param"] * N if (stage < 3 and flat_on_gpu) else 0.0
         gpu["init_excess"] = max(0.0, init - train)
         frag = FRAGMENTATION[_fragmentation_key(stage, par_off)] * gpu["activations"]
@@ -2326,7 +2356,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_cli)
 
 
-__all__ = ["AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
+__all__ = ["zero12_init_peak_bytes", "AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
            "choose_nvme_knobs", "error_band", "error_bands", "flattens_on_gpu", "headroom", "nvme_knobs_line",
            "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "CPU_RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",

@@ -186,11 +186,16 @@ def test_zero2_init_flattens_on_the_cpu_when_the_card_is_short_and_on_a_capped_h
     capped = estimate(plan, gpu_device_gib=140.4)
     # capped H200: 2·p·N at init (the measured OOM "tried to allocate 12.55 GiB" = p·N beside p·N)
     assert capped.gpu_reserved_gib >= 2 * pN / GIB and not capped.fits_gpu
-    # a real 24 GiB card: p·N at init, no stale per-tensor blocks; training sets the peak
-    assert real.gpu_allocated_gib >= pN / GIB and real.gpu_gib["init_excess"] == pytest.approx(0.0, abs=1e-9)
-    assert real.gpu_gib["total"] < capped.gpu_gib["total"] - pN / GIB + 1e-6
-    assert real.fits_gpu  # ZeRO-2 + optimizer offload of LLaMA-7B at micro 1 on a 24 GiB card, as users run it
-    assert not any("whatever the batch size" in r for r in real.reasons)
+    # a real 24 GiB card: the flat buffer p·N, then the GPU clone of the rank's partition (p·N on one rank): 2·p·N,
+    # whichever path — measured (data/reference/h200_zero2_init.json): the 7B run on an H200 filled down to 24 GiB
+    # took the CPU path and ran out of memory allocating that 12.55 GiB clone
+    assert real.gpu_allocated_gib >= 2 * pN / GIB and not real.fits_gpu
+    # on 2 ranks (each clones half): p·N·1.5 at init, and the card holds it — ZeRO-2 + optimizer offload of
+    # LLaMA-7B at micro 1 across 24 GiB cards, as users run it
+    two = estimate(plan.replace(num_gpus=2))
+    assert not flattens_on_gpu(plan.replace(num_gpus=2), pN)
+    assert two.gpu_gib["init_excess"] * GIB <= 1.5 * pN and two.fits_gpu, two.verdict
+    assert not any("whatever the batch size" in r for r in two.reasons)
     # the host holds every param.cpu_data and the flat CPU buffer for a moment: 2·p·N beyond the runtime
     assert real.host_gib["total"] >= 2 * pN / GIB
 
