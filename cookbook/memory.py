@@ -1473,7 +1473,17 @@ class Decision:
             if predict is not None:
                 d["predicted"] = predict(e)
             return d
+        def larger(e):
+            if e is None:
+                return None
+            d = {"micro_batch": e.plan.micro_batch, "grad_accum": e.plan.grad_accum, "variant": e.plan.label,
+                 "status": e.status, "gpu_gib": round(e.gpu_gib["total"], 2), "headroom": e.headroom.to_dict(),
+                 "options": variant_flags(e)}
+            if predict is not None:
+                d["predicted"] = predict(e)
+            return d
         return {"fits": self.fits, "lossy": self.lossy, "recommended": one(self.recommended),
+                "larger_micro_batch": larger(self.larger_micro),
                 "why": list(self.reasons), "exact_alternative": one(self.exact_alternative),
                 "variants": [row(e) for e in self.candidates],
                 "fitting": [e.verdict for e in self.fitting], "at_edge": [e.verdict for e in self.at_edge],
@@ -2197,6 +2207,20 @@ def _predicted(e, machine, args) -> dict:
     return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens).to_dict()
 
 
+def larger_micro_speed_line(bigger: MemoryEstimate, rec, machine, args) -> str:
+    """The predicted speed of :func:`larger_micro_batch`'s suggestion beside the recommended variant's ``rec`` (a
+    :class:`cookbook.speed.Prediction`): the same variant and global batch, the larger micro batch, kept with the
+    policy's margin (status ``fits``)."""
+    from .speed import predict
+    p = predict(bigger, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)
+    q = bigger.plan
+    ratio = p.tokens_per_s / rec.tokens_per_s
+    return (f"larger micro batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} (same variant and global batch, "
+            f"{bigger.status} with the measured error: GPU {bigger.headroom.gpu_need_gib:.1f}/{q.gpu_memory_gib:g} GiB): "
+            f"{p.tokens_per_s:,.0f} tokens/s, {p.step_s:.2f} s a step, {ratio:.2f}× the recommended "
+            f"({p.bound}-bound)")
+
+
 def _speed_flag_error(args) -> str | None:
     """The first bad speed flag of ``cookbook estimate`` (``--cpu-cores``, ``--max-steps``, ``--num-epochs``,
     ``--dataset-tokens``) in words with its fix, or None."""
@@ -2251,6 +2275,8 @@ def _run_cli(args) -> int:
                 dec = decision.to_dict()
                 if speed and decision.recommended is not None:
                     dec["recommended"]["predicted"] = _predicted(decision.recommended, machine, args)
+                if speed and decision.larger_micro is not None:
+                    dec["larger_micro_batch"]["predicted"] = _predicted(decision.larger_micro, machine, args)
                 print(json.dumps({"variants": variants, "decision": dec}, indent=1))
             else:
                 frame = result.to_frame()
@@ -2266,8 +2292,11 @@ def _run_cli(args) -> int:
                     print(where)
                     if decision.recommended is not None:
                         from .speed import predict
-                        print("  recommended: " + str(predict(decision.recommended, machine, steps=args.max_steps,
-                                                              epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)))
+                        rec = predict(decision.recommended, machine, steps=args.max_steps, epochs=args.num_epochs,
+                                      dataset_tokens=args.dataset_tokens)
+                        print("  recommended: " + str(rec))
+                        if decision.larger_micro is not None:
+                            print("  " + larger_micro_speed_line(decision.larger_micro, rec, machine, args))
                     others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
                     for e in others:   # the price of exactness in time: each other option with room, or at the edge
                         p = predict(e, machine, steps=args.max_steps, epochs=args.num_epochs,
@@ -2326,6 +2355,6 @@ def register(subparsers) -> None:
 
 __all__ = ["AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
            "choose_nvme_knobs", "error_band", "error_bands", "flattens_on_gpu", "headroom", "nvme_knobs_line",
-           "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+           "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "larger_micro_speed_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "CPU_RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]
