@@ -2202,9 +2202,28 @@ def _speed_machine(args):
                                  "box's cores: the CPU Adam step scales with them")
 
 
+#: ``cookbook estimate --attention`` (transformers' ``attn_implementation``, :func:`cookbook.attention.choose`) →
+#: the speed model's kernel (:data:`cookbook.speed.ATTENTIONS`). cookbook train packs rows by default, so sdpa is the
+#: masked kind; flash-attention 2 and eager were not measured: predicted as sdpa on full rows (assumed).
+SPEED_ATTENTION = {"flex_attention": "flex", "sdpa": "sdpa_masked", "flash_attention_2": "sdpa", "eager": "sdpa"}
+
+
+def _estimate_attention(args) -> tuple[str, str | None]:
+    """``--attention`` → (the speed model's kernel, transformers' implementation or None). Not given: sdpa on full
+    rows, the speed model's reference (what the estimate assumed before the flag). ``auto``: what cookbook train's
+    ``auto`` picks for packed rows on a GPU with FlexAttention (flex; sdpa on the CPU rehearsal)."""
+    from .attention import choose
+    req = getattr(args, "attention", None)
+    if req is None:
+        return "sdpa", None
+    impl, _ = choose(req, on_gpu=not args.cpu_rehearsal, packing=None, flash=req == "flash", flex=True)
+    return SPEED_ATTENTION[impl], impl
+
+
 def _predicted(e, machine, args) -> dict:
     from .speed import predict
-    return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens).to_dict()
+    return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
+                   attention=_estimate_attention(args)[0]).to_dict()
 
 
 def larger_micro_speed_line(bigger: MemoryEstimate, rec, machine, args) -> str:
@@ -2212,7 +2231,8 @@ def larger_micro_speed_line(bigger: MemoryEstimate, rec, machine, args) -> str:
     :class:`cookbook.speed.Prediction`): the same variant and global batch, the larger micro batch, kept with the
     policy's margin (status ``fits``)."""
     from .speed import predict
-    p = predict(bigger, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)
+    p = predict(bigger, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
+                attention=_estimate_attention(args)[0])
     q = bigger.plan
     ratio = p.tokens_per_s / rec.tokens_per_s
     return (f"larger micro batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} (same variant and global batch, "
@@ -2242,6 +2262,21 @@ def _run_cli(args) -> int:
     from .models import ModelNotFoundError
     from .plan import plan_from_args
     from .speed import SpeedModelError, UnknownGpuError
+    from .attention import AttentionError
+    from .liger import LigerError, resolve as resolve_liger
+    try:
+        impl = _estimate_attention(args)[1]
+        choice = getattr(args, "liger", None)
+        if isinstance(choice, str):   # --liger {auto,on,off}: a planned run, liger-kernel assumed installable there
+            from .models import model_spec
+            mt = getattr(model_spec(args.model or args.model_option), "model_type", None) if choice == "auto" else None
+            args.liger = resolve_liger(choice, model_type=mt, zero_stage=args.zero_stage, on_gpu=not args.cpu_rehearsal,
+                                       is_installed=True)[0]
+    except (AttentionError, LigerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 - an unknown model is reported below, by plan_from_args / estimate
+        args.liger = False
     bad_speed_flag = _speed_flag_error(args)
     if bad_speed_flag:
         print(f"error: {bad_speed_flag}", file=sys.stderr)
@@ -2293,19 +2328,19 @@ def _run_cli(args) -> int:
                     if decision.recommended is not None:
                         from .speed import predict
                         rec = predict(decision.recommended, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                      dataset_tokens=args.dataset_tokens)
+                                      dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
                         print("  recommended: " + str(rec))
                         if decision.larger_micro is not None:
                             print("  " + larger_micro_speed_line(decision.larger_micro, rec, machine, args))
                     others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
                     for e in others:   # the price of exactness in time: each other option with room, or at the edge
                         p = predict(e, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                    dataset_tokens=args.dataset_tokens)
+                                    dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
                         tag = " (bf16 states, lossy)" if e.bf16_states else ""
                         print(f"  {e.plan.label}{tag}, {e.status}: {p.tokens_per_s:,.0f} tokens/s, "
                               f"{p.step_s:.2f} s a step")
             return 0 if decision.fits else 1
-        est = estimate(plan, bf16_states=args.bf16_states, device=device)
+        est = estimate(plan, bf16_states=args.bf16_states, device=device, eager_attention=impl == "eager")
         pred = _predicted(est, machine, args) if speed else None
     except (ModelNotFoundError, EstimateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -2321,7 +2356,7 @@ def _run_cli(args) -> int:
             from .speed import predict
             print(f"  {where}")
             print("  " + str(predict(est, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                     dataset_tokens=args.dataset_tokens)))
+                                     dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])))
     return 0
 
 
@@ -2332,7 +2367,13 @@ def register(subparsers) -> None:
         "estimate", help="per-GPU and host memory of a ZeRO plan, with verdicts",
         description="Estimate per-GPU and host memory for a ZeRO fine-tune (model states, activations, "
                     "buffers, overhead) and say whether it fits. No GPU needed.")
-    add_plan_arguments(p, positional_model=True)
+    add_plan_arguments(p, positional_model=True, liger_choices=True)
+    from .attention import CHOICES as ATTENTION_CHOICES
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default=None,
+                   help="the attention cookbook train will use (its --attention): sdpa (packed rows: masked), flex, "
+                        "flash, eager (counts the attention scores' memory), auto (flex on a GPU, as cookbook train "
+                        "picks for packed rows); the speed model's fraction follows it (docs/speed.md). Default: sdpa "
+                        "on full rows, the model's reference")
     p.add_argument("--bf16-states", action="store_true",
                    help="bf16 master weights, gradients and Adam states (halves host RAM; small updates rounded away, loss +148%% measured at lr 2e-5)")
     p.add_argument("--cpu-rehearsal", action="store_true",
