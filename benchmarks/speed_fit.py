@@ -37,6 +37,8 @@ FIT_SET = {
     ("h200_levers_2026-12-02d.json", "7b-z3opt-8x2", 0): "ZeRO-3 + optimizer offload, parameters on the GPU: the "
                                                           "blocking copy back's rate",
     ("h200_attention.json", "l3b-flex-m16", 0): "FlexAttention's GPU fraction",
+    ("h200_attention.json", "7b-full-sdpa-16", 0): "packed rows through sdpa where the head dim (128) has fast kernels",
+    ("h200_attention.json", "7b-full-flex-16", 0): "FlexAttention where the head dim (128) has fast sdpa kernels",
     ("h200_nvme_runs_2026-12-02.json", "nvme-1b-default", 0): "NVMe: how far reads and writes overlap",
 }
 
@@ -50,12 +52,15 @@ EXCLUDED = {
     "7b-16x1-bind": "DeepSpeed's core binding (ds-bind) made the optimizer step ~10x slower than the same run "
                     "unbound (the record's ratios_across_calls); not modelled",
     "7b-2x8-nopin": "pin_memory false: pageable copies; the model assumes pinned buffers",
+    "7b-exact-sg1e9": "host RAM exhausted (0.7 GiB free, 10-28 % I/O wait during the steps, docs/gpu/attention.md "
+                      "call 7): the model assumes the states stay in RAM",
 }
 
 #: the pinned-copy rate is measured against this link: PCIe 5.0 x16, 32 GT/s × 16 × 128/130 / 8 GB/s.
 H200_LINK_GB_S = 32 * 16 * 128 / 130 / 8
 
-START = {"gpu_fraction": {"sdpa_flash": 0.45, "sdpa_no_flash": 0.42, "sdpa_masked": 0.25, "flex": 0.3},
+START = {"gpu_fraction": {"sdpa_flash": 0.45, "sdpa_no_flash": 0.42, "sdpa_masked": 0.25, "flex": 0.3,
+                          "sdpa_masked_flash_head": 0.45, "flex_flash_head": 0.45},
          "cpu_adam_params_per_s_per_core": {"fp32": 1.7e8, "bf16": 3e8},
          "zero3_transfer_fraction": 0.6, "overlap": 0.95, "nvme_overlap": 0.8,
          "zero3_fetch_latency_s": 2e-4, "zero3_copy_back_gb_s": 8.0}
@@ -69,6 +74,8 @@ def _model_path(name: str) -> str:
 
 
 def _bf16_states(r: dict) -> bool:
+    if r.get("states") in ("bf16", "fp32"):
+        return r["states"] == "bf16"
     if isinstance(r.get("bf16_states"), bool):
         return r["bf16_states"]
     if isinstance(r.get("lever"), dict) and "bf16_states" in r["lever"]:
@@ -98,7 +105,9 @@ def rows_from_reference() -> tuple[list[dict], list[dict]]:
         model = _model_path(r.get("model") or p.get("model"))
         spec = model_spec(model)
         world = int(g("num_gpus") or r.get("world_size") or 1)
-        packed = bool(r.get("packing")) or nvme or "packed" in name or f == "h200_attention.json"
+        cmd = str(r.get("command") or "")
+        packed = (bool(r.get("packing")) or nvme or "packed" in name or "--packing" in cmd
+                  or (f == "h200_attention.json" and "--no-packing" not in cmd and not str(name).startswith("trainer")))
         att = str(r.get("attention") or "sdpa")
         attention = "flex" if att.startswith("flex") else ("sdpa_masked" if packed else "sdpa")
         work = {"params": spec.num_params, "num_layers": spec.num_layers, "hidden": spec.hidden_size,
@@ -108,6 +117,7 @@ def rows_from_reference() -> tuple[list[dict], list[dict]]:
                 "offload_optimizer": "nvme" if nvme else g("offload_optimizer"),
                 "offload_param": "nvme" if nvme else g("offload_param"), "bf16_states": False if nvme else _bf16_states(r),
                 "checkpointing": bool(g("gradient_checkpointing", True)), "attention": attention,
+                "liger": bool(r.get("liger") or (isinstance(r.get("lever"), dict) and r["lever"].get("liger"))),
                 "nvme_read_gb": float(r.get("read_gb_per_step_estimate") or 0.0),
                 "nvme_write_gb": float(r.get("write_gb_per_step_estimate") or 0.0)}
         machine = {"gpu": "H200", "cpu_cores": 16 * world,
@@ -131,7 +141,7 @@ def _predict(row: dict, consts: dict) -> dict:
 
 
 _FREE = [("gpu_fraction", "sdpa_flash"), ("gpu_fraction", "sdpa_no_flash"), ("gpu_fraction", "sdpa_masked"),
-         ("gpu_fraction", "flex"), ("cpu_adam_params_per_s_per_core", "fp32"),
+         ("gpu_fraction", "flex"), ("gpu_fraction", "sdpa_masked_flash_head"), ("gpu_fraction", "flex_flash_head"), ("cpu_adam_params_per_s_per_core", "fp32"),
          ("cpu_adam_params_per_s_per_core", "bf16"), ("zero3_transfer_fraction", None), ("overlap", None),
          ("nvme_overlap", None), ("zero3_fetch_latency_s", None), ("zero3_copy_back_gb_s", None)]
 _BOUNDED = {"overlap", "nvme_overlap", "zero3_transfer_fraction"}  # fractions in (0, 1]
@@ -206,6 +216,19 @@ def _round(c):
     return float(f"{c:.4g}") if isinstance(c, float) else c
 
 
+LIGER_PROBE = ("h200_levers_2026-12-01.json", "liger_probe")
+
+
+def liger_compute_factor() -> float:
+    """Forward+backward time with Liger's fused linear cross-entropy over the time with transformers' loss at the
+    same micro batch, mean over the micro batches of the probe (``LIGER_PROBE``: its warm second timing,
+    ``time_s_1``), measured not fitted."""
+    probe = json.loads((ROOT / "data" / "reference" / LIGER_PROBE[0]).read_text())[LIGER_PROBE[1]]["rows"]
+    t = {(r["liger"], r["micro_batch"]): r["time_s_1"] for r in probe if r.get("status") == "ok"}
+    ratios = [t[(True, m)] / t[(False, m)] for (lig, m) in t if lig and (False, m) in t]
+    return round(statistics.mean(ratios), 4)
+
+
 def build() -> dict:
     from cookbook.reference import reference_ceilings
     rows, skipped = rows_from_reference()
@@ -213,6 +236,7 @@ def build() -> dict:
     base = dict(json.loads(json.dumps(START)))
     base["pcie_pinned_fraction"] = round((ceil["h2d_gb_s"] + ceil["d2h_gb_s"]) / 2 / H200_LINK_GB_S, 4)
     base["inter_node_gb_s"] = 12.5
+    base["liger_compute_factor"] = liger_compute_factor()
     consts = _round(fit(rows, base))
     table = []
     for r in rows:
@@ -235,7 +259,8 @@ def build() -> dict:
         "units": "tokens/s over the world; error_pct = (predicted / measured − 1) × 100; GB/s = 1e9 bytes/s",
         "constants": consts,
         "constants_sources": {
-            "gpu_fraction": "fitted: achieved fraction of the H200's 989.4 TFLOP/s dense bf16 per attention class",
+            "gpu_fraction": "fitted: achieved fraction of the H200's 989.4 TFLOP/s dense bf16 per attention class "
+                            "(_flash_head: masked sdpa / flex where the head dim meets sdpa's flash condition)",
             "cpu_adam_params_per_s_per_core": "fitted: DeepSpeedCPUAdam parameters/s per CPU thread (16 threads a rank "
                                               "here), the optimizer phase's whole time (Adam + its copies on the CPU)",
             "zero3_transfer_fraction": "fitted: ZeRO-3's per-submodule copies as a fraction of the pinned PCIe rate",
@@ -245,7 +270,10 @@ def build() -> dict:
             "zero3_copy_back_gb_s": "fitted: GB/s of ZeRO-3's blocking fp32 CPU -> 16-bit GPU copy after the step",
             "pcie_pinned_fraction": "measured: pinned 1 GiB copies on the H200 (reference ceilings, h2d and d2h mean) "
                                     "over PCIe 5.0 x16's 63.0 GB/s; assumed the same fraction on other cards",
-            "inter_node_gb_s": "assumed, not measured: 100 Gb/s between machines (one 100 GbE or EDR InfiniBand port)"},
+            "inter_node_gb_s": "assumed, not measured: 100 Gb/s between machines (one 100 GbE or EDR InfiniBand port)",
+            "liger_compute_factor": "measured: forward+backward time with Liger's fused linear cross-entropy over "
+                                    "transformers' loss at equal micro batch (data/reference/h200_levers_2026-12-01.json "
+                                    "liger_probe, mean over micro 16/24/32); Liger's gain is the micro batch it lets fit"},
         "fitting_set": "the rows with set 'fit' (each says why_fit): the 3.4B recipe and LLaMA-7B lever runs of "
                        "2026-12-01/02 (one H200 capped at 24 GiB), one FlexAttention run, one NVMe run",
         "held_out": "every other row: the 2026-11-30 runs on the two-GPU machine (the ZeRO ladder, 2-rank runs with "
@@ -276,6 +304,14 @@ def markdown(out: dict) -> str:
              "of the card's dense bf16 peak per attention kernel. Transfers: the PCIe bytes DeepSpeed moves for the "
              "variant, ZeRO-3's per-submodule fetches at a fitted latency each, ring collectives at (w−1)/w × bytes "
              "over NVLink or, without peer-to-peer (RTX 4090/3090), through host memory at half the PCIe link.", "",
+             "**Attention and Liger** (`cookbook estimate --attention {auto,sdpa,flex,flash,eager} --liger "
+             "{auto,on,off}`): one GPU fraction per attention class — sdpa on full rows, masked sdpa (packed rows) and "
+             "flex, each split at sdpa's flash condition on the head dim (multiple of 8, at most 256: `_flash_head`), "
+             "since where the head dim has fast kernels flex gains nothing (LLaMA-7B, head dim 128: 0.96× packed sdpa) "
+             "and where it has none it does (the 3.4B shape, head dim 100: 1.38×; data/reference/h200_attention.json). "
+             "flash and eager were not measured: predicted as sdpa on full rows. Liger's fused linear cross-entropy "
+             "multiplies the compute by `liger_compute_factor`, measured at equal micro batch (≈1: its gain is the "
+             "larger micro batch it lets fit, which the memory estimate counts).", "",
              "**Assumed, not measured:** the GPU fraction fitted on an H200 holds on other cards; the pinned PCIe "
              f"fraction measured on the H200 ({c['pcie_pinned_fraction']:.1%} of the link) holds on other links; each "
              "GPU has its own x16 link; CPU Adam scales linearly with cores; 100 Gb/s between machines. Not "

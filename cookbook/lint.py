@@ -42,6 +42,9 @@ Rules (each names its source):
      master weights with stages 1-2 (DeepSpeed 0.19.8 ``_enforce_cpu_offload`` in ``runtime/zero/stage_1_and_2.py``
      accepts only ``DeepSpeedCPUAdam``; measured on the H200), ``zenflow.offload`` only with ``overlap_comm``.
  13. ``--liger`` (a plan with ``liger``) with ZeRO-3 or an architecture other than llama/qwen2.
+ 14. with ``model`` and ``gpu_memory_gib``: the activations and logits of DeepSpeed's micro batch per GPU × the
+     sequence length (:func:`cookbook.memory.activation_bytes`), which ZeRO does not partition or offload, against
+     the card (:func:`_rule_memory`).
  Also in rule 7: NVMe optimizer offload with bf16 master weights / optimizer states (DeepSpeed 0.19.8
  ``AssertionError`` in ``runtime/swap_tensor/utils.py``). With ``machine=True``: fp16 on a CPU rehearsal
  without CPU fp16, NVMe without libaio.
@@ -78,6 +81,9 @@ NVME_ONLY_KEYS = {"offload_param": ("nvme_path", "buffer_count", "buffer_size", 
                   "offload_optimizer": ("nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init")}
 
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+#: ``cookbook launch``'s default ``--seq-len`` (rule 14's sequence length when neither it nor a plan gives one).
+LAUNCH_SEQ_LEN = 128
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1609,28 +1615,123 @@ def _rule_buckets(ctx: _Ctx) -> None:
 # entry point
 # ----------------------------------------------------------------------------------------------
 
+def _config_batch(cfg: dict, world_size: int | None = None) -> tuple[int, int, str] | None:
+    """``(micro batch per GPU, accumulation, how)`` of a config as DeepSpeed reads it: the numbers it states, else
+    the ones it derives from ``train_batch_size`` on ``world_size`` GPUs (:func:`deepspeed_batch`); None when the
+    keys are missing, not numbers, or refused."""
+    vals = [cfg.get(k) for k in BATCH_KEYS]
+    if not all(x is None or (_is_int(x) and x > 0) for x in vals):
+        mb = vals[1]
+        return (mb, vals[2] if _is_int(vals[2]) else 1, "stated") if _is_int(mb) and mb > 0 else None
+    if vals[1] is not None and (vals[0] is None or not world_size):
+        return vals[1], vals[2] or 1, "stated"
+    if not world_size or all(v is None for v in vals):
+        return None
+    ds = deepspeed_batch(*vals, world_size)
+    if not ds.ok:
+        return None
+    how = ds.how("train_micro_batch_size_per_gpu")
+    return ds.micro_batch, ds.grad_accum, f"DeepSpeed derives it: {how}" if how else "stated"
+
+
 def _stated_micro(path, world_size: int | None = None) -> int | None:
     """The micro batch per GPU of the JSON file at ``path``: ``train_micro_batch_size_per_gpu`` as a number, else the
     one DeepSpeed derives from ``train_batch_size`` on ``world_size`` GPUs (:func:`deepspeed_batch`), else None."""
     try:
         cfg = json.loads(Path(path).read_text(encoding="utf-8-sig"))
-        v = cfg.get("train_micro_batch_size_per_gpu")
-    except (OSError, ValueError, AttributeError):
+        got = _config_batch(cfg, world_size) if isinstance(cfg, dict) else None
+    except (OSError, ValueError):
         return None
-    if _is_int(v):
-        return v
-    vals = [cfg.get(k) for k in BATCH_KEYS]
-    if v is None and world_size and _is_int(vals[0]) and all(x is None or (_is_int(x) and x > 0) for x in vals):
-        ds = deepspeed_batch(*vals, world_size)
-        return ds.micro_batch if ds.ok else None
-    return None
+    return got[0] if got else None
+
+
+def _cfg_precision(ctx: _Ctx) -> str:
+    """The run's precision for the activation bytes: the config's enabled block, else ``ctx.precision``, else the
+    plan's, else bf16 (an ``"auto"`` block is filled by its reader)."""
+    for key in ("bf16", "fp16"):
+        if isinstance(ctx.cfg.get(key), dict) and ctx.cfg[key].get("enabled") is True:
+            return key
+    if ctx.precision:
+        return ctx.precision
+    if ctx.plan is not None:
+        return ctx.plan.precision
+    explicit_off = all(isinstance(ctx.cfg.get(k), dict) and ctx.cfg[k].get("enabled") is False for k in ("bf16", "fp16"))
+    return "fp32" if explicit_off else "bf16"
+
+
+#: Above this share of the card the activations and logits leave too little for what ZeRO keeps on the GPU (the
+#: 16-bit parameters and gradients below ZeRO-3, the gathered layers and buckets with it) — a warning, not an error.
+ACTIVATION_SHARE_WARN = 0.5
+
+
+def _rule_memory(ctx: _Ctx) -> None:
+    """Rule 14 (with ``model`` and ``gpu_memory_gib``): the activations and logits of one micro batch per GPU,
+    which ZeRO neither partitions nor offloads, against the card.
+
+    The micro batch is DeepSpeed's (:func:`_config_batch`), the bytes are :func:`cookbook.memory.activation_bytes`
+    (checkpoints + the larger of the loss phase and one layer's recompute, with gradient checkpointing as
+    ``cookbook train`` runs) plus the CUDA context (:data:`cookbook.memory.CUDA_CONTEXT_GIB`). Error: more than the
+    card (no stage or offload fits it); warning: more than :data:`ACTIVATION_SHARE_WARN` of it. The fix keeps the
+    global batch: the largest divisor of the micro batch under that share, accumulation raised to match; Liger's
+    fused loss where the logits are the larger phase."""
+    card = ctx.gpu_memory_gib
+    if ctx.spec is None or not card:
+        return
+    got = _config_batch(ctx.cfg, ctx.world_size)
+    if got is None:
+        return
+    micro, accum, how = got
+    from .memory import CUDA_CONTEXT_GIB, GIB, activation_bytes
+    seq = ctx.seq_len
+    base = dict(model=ctx.spec.name, seq_len=seq, precision=_cfg_precision(ctx), gpu_memory_gib=float(card),
+                gradient_checkpointing=True, liger=bool(ctx.plan.liger) if ctx.plan is not None else False)
+
+    def need(m, **kw):
+        act = activation_bytes(ctx.spec, Plan(**{**base, **kw, "micro_batch": m}))
+        return {k: v / GIB for k, v in act.items()}
+
+    now = need(micro)
+    total = now["total"] + CUDA_CONTEXT_GIB
+    if total <= ACTIVATION_SHARE_WARN * card:
+        return
+    key = "train_micro_batch_size_per_gpu"
+    budget = ACTIVATION_SHARE_WARN * card
+    smaller = [d for d in range(micro - 1, 0, -1) if micro % d == 0 and need(d)["total"] + CUDA_CONTEXT_GIB <= budget]
+    fixes = []
+    if smaller:
+        d = smaller[0]
+        fixes.append(f"set {key} to {d} and gradient_accumulation_steps to {accum * micro // d} (the same global batch; "
+                     f"{need(d)['total'] + CUDA_CONTEXT_GIB:.1f} GiB)")
+    else:
+        fixes.append(f"even micro batch 1 needs {need(1)['total'] + CUDA_CONTEXT_GIB:.1f} GiB at seq len {seq}: "
+                     "shorten the sequences")
+    keep = (f". Keep gradient checkpointing on (without it micro batch {micro} holds "
+            f"{need(micro, gradient_checkpointing=False)['total']:.1f} GiB of activations)")
+    lig = need(micro, liger=True)
+    if not base["liger"] and lig["total"] < now["total"] - 0.5:
+        where = "needs ZeRO 0-2, not this config's stage 3" if ctx.stage == 3 else "ZeRO 0-2"
+        fixes.append(f"Liger's fused linear cross-entropy (cookbook train --liger; {where}; llama/qwen2) holds "
+                     f"{lig['logits']:.1f} GiB for the loss instead of {now['logits']:.1f} GiB of logits "
+                     f"({lig['total'] + CUDA_CONTEXT_GIB:.1f} GiB in all)")
+    verdict = ("more than the card: no ZeRO stage or offload fits it" if total > card else
+               f"over {ACTIVATION_SHARE_WARN:.0%} of the card, leaving {card - total:.1f} GiB for what ZeRO keeps on "
+               "the GPU")
+    ctx.add(ERROR if total > card else WARNING, key,
+            f"{key}={micro} ({how}) × seq len {seq} for {ctx.spec.name} needs {total:.1f} GiB per GPU for "
+            f"activations and logits alone (cookbook.memory.activation_bytes, with gradient checkpointing: the layer "
+            f"checkpoints and the larger of one layer's recompute and the loss phase's {now['logits']:.1f} GiB of "
+            f"logits, + {CUDA_CONTEXT_GIB:g} GiB CUDA context) on a {card:g} GiB card: {verdict}. ZeRO partitions and offloads the model states, never "
+            "these", "; or ".join(fixes) + keep)
+
+
 
 
 def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspeed", gpu: str | None = None,
          model: str | None = None, plan: Plan | None = None, will_save_hf_model: bool = True,
          stated=None, names: dict | None = None, lr: float = 3e-3, max_steps: int = 40,
          warmup_steps: int | None = None, machine: bool = False, filled=None,
-         precision: str | None = None) -> LintReport:
+         precision: str | None = None, gpu_memory_gib: float | None = None,
+         seq_len: int | None = None) -> LintReport:
     """Check a DeepSpeed config (dict, JSON file path) before launch; never raises on bad configs.
 
     Args:
@@ -1662,6 +1763,9 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
         filled: config paths whose values the run's options filled (``fp16.enabled`` from ``--precision fp16``,
             named by ``names``): a machine rule then names the option, not the key. Mode ``launch`` adds the
             paths it fills itself.
+        gpu_memory_gib: memory of one card in GiB; with ``model``, the activations and logits of the config's micro
+            batch are checked against it (rule 14, :func:`_rule_memory`). seq_len: tokens per row for that check
+            (default ``plan.seq_len``, else 128 as ``cookbook launch``).
 
     Returns:
         :class:`LintReport` (errors first). A missing or unparseable file, or one that is not a JSON object,
@@ -1727,12 +1831,16 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
     ctx.names = dict(names or {})
     ctx.stated = set(stated) if stated is not None and mode != "launch" else None
     ctx.precision = precision
+    if gpu_memory_gib is not None and not (_is_num(gpu_memory_gib) and gpu_memory_gib > 0):
+        raise ValueError(f"gpu_memory_gib={gpu_memory_gib!r}: give one card's memory in GiB, e.g. 24")
+    ctx.gpu_memory_gib = gpu_memory_gib
+    ctx.seq_len = seq_len or (plan.seq_len if plan is not None else LAUNCH_SEQ_LEN)
     ctx.filled = set(filled or ()) | ({r.path for r in resolved.rows if r.how != "kept"} if resolved else set())
     if (model or (plan and plan.model)) and ctx.spec is None:
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",
                 "pass a shipped name (qwen-14b, llama-7b, ...) or a folder with config.json")
     rules = [_rule_types, _rule_auto, _rule_batch, _rule_keys, _rule_precision, _rule_activation_checkpointing,
-             _rule_offload, _rule_zenflow, _rule_liger, _rule_save, _rule_params, _rule_buckets]
+             _rule_offload, _rule_zenflow, _rule_liger, _rule_save, _rule_params, _rule_buckets, _rule_memory]
     if machine:
         rules.insert(0, _rule_machine)
     for rule in rules:
@@ -1887,10 +1995,29 @@ def _run(args) -> int:
                     warmup_steps=args.warmup_steps, machine=args.gpu is None)
     else:  # only the typed options are the user's plan; the rest are Plan's defaults, not what the user said
         opts = dict(stated=stated, names=names)
+    card = getattr(args, "gpu_memory_gib", None)
+    if card is not None and not card > 0:
+        print(f"error: --gpu-memory-gib {card:g}: give one card's memory in GiB, e.g. --gpu-memory-gib 24",
+              file=sys.stderr)
+        return 2
+    if card is None and args.gpu and args.model:
+        from .speed import UnknownGpuError, gpu_spec
+        try:
+            card = gpu_spec(args.gpu).memory_gib
+            notes.append(f"memory: checked against --gpu {args.gpu!r}'s {card:g} GiB (its datasheet; "
+                         "--gpu-memory-gib G for another)")
+        except UnknownGpuError:
+            pass
+    if args.model and card is None:
+        notes.append("memory: the activations and logits were not checked against a card — give --gpu-memory-gib G "
+                     "(or --gpu NAME)")
+    seq = getattr(args, "seq_len", None) or (plan.seq_len if mode == "launch" and plan is not None
+                                             else _launch_defaults()["seq_len"])
     try:
         with stdout_to_stderr():
             report = lint(args.config, world_size=world, mode=mode, gpu=args.gpu, model=args.model, plan=plan,
-                          will_save_hf_model=not args.no_save, precision=args.precision, **opts)
+                          will_save_hf_model=not args.no_save, precision=args.precision, gpu_memory_gib=card,
+                          seq_len=seq, **opts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1954,12 +2081,15 @@ def register(subparsers) -> None:
                         "plain deepspeed.initialize, accelerate launch, or the HF Trainer")
     p.add_argument("--gpu", default=None, help="GPU name, e.g. 'RTX 4090' (bf16 check; default: this machine's)")
     p.add_argument("--model", default=None, help="model (qwen-14b, llama-7b, ...): hidden size for \"auto\" bucket "
-                                                 "sizes, buffer checks")
+                                                 "sizes, buffer checks, activations against --gpu-memory-gib")
+    p.add_argument("--gpu-memory-gib", type=float, default=None,
+                   help="memory of one card in GiB: with --model, the activations and logits of the config's micro "
+                        "batch × --seq-len are checked against it (default: --gpu's datasheet memory)")
     p.add_argument("--micro-batch", type=int, default=None, help="micro batch per GPU")
     p.add_argument("--grad-accum", type=int, default=None, help="gradient accumulation steps")
     p.add_argument("--seq-len", type=int, default=None,
-                   help="tokens per row of the run: the GPU numbers of the suggested fixes depend on it (default as "
-                        "cookbook launch: 128)")
+                   help="tokens per row of the run: the memory check and the GPU numbers of the suggested fixes "
+                        "depend on it (default as cookbook launch: 128)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="bf16 / fp16 / fp32 (default as cookbook launch)")
     p.add_argument("--zero-stage", type=int, choices=ZERO_STAGES, default=None, help="ZeRO stage (when the config says auto)")
     p.add_argument("--liger", action="store_true",

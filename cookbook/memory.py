@@ -1505,7 +1505,17 @@ class Decision:
             if predict is not None:
                 d["predicted"] = predict(e)
             return d
+        def larger(e):
+            if e is None:
+                return None
+            d = {"micro_batch": e.plan.micro_batch, "grad_accum": e.plan.grad_accum, "variant": e.plan.label,
+                 "status": e.status, "gpu_gib": round(e.gpu_gib["total"], 2), "headroom": e.headroom.to_dict(),
+                 "options": variant_flags(e)}
+            if predict is not None:
+                d["predicted"] = predict(e)
+            return d
         return {"fits": self.fits, "lossy": self.lossy, "recommended": one(self.recommended),
+                "larger_micro_batch": larger(self.larger_micro),
                 "why": list(self.reasons), "exact_alternative": one(self.exact_alternative),
                 "variants": [row(e) for e in self.candidates],
                 "fitting": [e.verdict for e in self.fitting], "at_edge": [e.verdict for e in self.at_edge],
@@ -2224,9 +2234,43 @@ def _speed_machine(args):
                                  "box's cores: the CPU Adam step scales with them")
 
 
+#: ``cookbook estimate --attention`` (transformers' ``attn_implementation``, :func:`cookbook.attention.choose`) →
+#: the speed model's kernel (:data:`cookbook.speed.ATTENTIONS`). cookbook train packs rows by default, so sdpa is the
+#: masked kind; flash-attention 2 and eager were not measured: predicted as sdpa on full rows (assumed).
+SPEED_ATTENTION = {"flex_attention": "flex", "sdpa": "sdpa_masked", "flash_attention_2": "sdpa", "eager": "sdpa"}
+
+
+def _estimate_attention(args) -> tuple[str, str | None]:
+    """``--attention`` → (the speed model's kernel, transformers' implementation or None). Not given: sdpa on full
+    rows, the speed model's reference (what the estimate assumed before the flag). ``auto``: what cookbook train's
+    ``auto`` picks for packed rows on a GPU with FlexAttention (flex; sdpa on the CPU rehearsal)."""
+    from .attention import choose
+    req = getattr(args, "attention", None)
+    if req is None:
+        return "sdpa", None
+    impl, _ = choose(req, on_gpu=not args.cpu_rehearsal, packing=None, flash=req == "flash", flex=True)
+    return SPEED_ATTENTION[impl], impl
+
+
 def _predicted(e, machine, args) -> dict:
     from .speed import predict
-    return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens).to_dict()
+    return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
+                   attention=_estimate_attention(args)[0]).to_dict()
+
+
+def larger_micro_speed_line(bigger: MemoryEstimate, rec, machine, args) -> str:
+    """The predicted speed of :func:`larger_micro_batch`'s suggestion beside the recommended variant's ``rec`` (a
+    :class:`cookbook.speed.Prediction`): the same variant and global batch, the larger micro batch, kept with the
+    policy's margin (status ``fits``)."""
+    from .speed import predict
+    p = predict(bigger, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
+                attention=_estimate_attention(args)[0])
+    q = bigger.plan
+    ratio = p.tokens_per_s / rec.tokens_per_s
+    return (f"larger micro batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} (same variant and global batch, "
+            f"{bigger.status} with the measured error: GPU {bigger.headroom.gpu_need_gib:.1f}/{q.gpu_memory_gib:g} GiB): "
+            f"{p.tokens_per_s:,.0f} tokens/s, {p.step_s:.2f} s a step, {ratio:.2f}× the recommended "
+            f"({p.bound}-bound)")
 
 
 def _speed_flag_error(args) -> str | None:
@@ -2250,6 +2294,21 @@ def _run_cli(args) -> int:
     from .models import ModelNotFoundError
     from .plan import plan_from_args
     from .speed import SpeedModelError, UnknownGpuError
+    from .attention import AttentionError
+    from .liger import LigerError, resolve as resolve_liger
+    try:
+        impl = _estimate_attention(args)[1]
+        choice = getattr(args, "liger", None)
+        if isinstance(choice, str):   # --liger {auto,on,off}: a planned run, liger-kernel assumed installable there
+            from .models import model_spec
+            mt = getattr(model_spec(args.model or args.model_option), "model_type", None) if choice == "auto" else None
+            args.liger = resolve_liger(choice, model_type=mt, zero_stage=args.zero_stage, on_gpu=not args.cpu_rehearsal,
+                                       is_installed=True)[0]
+    except (AttentionError, LigerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 - an unknown model is reported below, by plan_from_args / estimate
+        args.liger = False
     bad_speed_flag = _speed_flag_error(args)
     if bad_speed_flag:
         print(f"error: {bad_speed_flag}", file=sys.stderr)
@@ -2283,6 +2342,8 @@ def _run_cli(args) -> int:
                 dec = decision.to_dict()
                 if speed and decision.recommended is not None:
                     dec["recommended"]["predicted"] = _predicted(decision.recommended, machine, args)
+                if speed and decision.larger_micro is not None:
+                    dec["larger_micro_batch"]["predicted"] = _predicted(decision.larger_micro, machine, args)
                 print(json.dumps({"variants": variants, "decision": dec}, indent=1))
             else:
                 frame = result.to_frame()
@@ -2298,17 +2359,20 @@ def _run_cli(args) -> int:
                     print(where)
                     if decision.recommended is not None:
                         from .speed import predict
-                        print("  recommended: " + str(predict(decision.recommended, machine, steps=args.max_steps,
-                                                              epochs=args.num_epochs, dataset_tokens=args.dataset_tokens)))
+                        rec = predict(decision.recommended, machine, steps=args.max_steps, epochs=args.num_epochs,
+                                      dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
+                        print("  recommended: " + str(rec))
+                        if decision.larger_micro is not None:
+                            print("  " + larger_micro_speed_line(decision.larger_micro, rec, machine, args))
                     others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
                     for e in others:   # the price of exactness in time: each other option with room, or at the edge
                         p = predict(e, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                    dataset_tokens=args.dataset_tokens)
+                                    dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
                         tag = " (bf16 states, lossy)" if e.bf16_states else ""
                         print(f"  {e.plan.label}{tag}, {e.status}: {p.tokens_per_s:,.0f} tokens/s, "
                               f"{p.step_s:.2f} s a step")
             return 0 if decision.fits else 1
-        est = estimate(plan, bf16_states=args.bf16_states, device=device)
+        est = estimate(plan, bf16_states=args.bf16_states, device=device, eager_attention=impl == "eager")
         pred = _predicted(est, machine, args) if speed else None
     except (ModelNotFoundError, EstimateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -2324,7 +2388,7 @@ def _run_cli(args) -> int:
             from .speed import predict
             print(f"  {where}")
             print("  " + str(predict(est, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                     dataset_tokens=args.dataset_tokens)))
+                                     dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])))
     return 0
 
 
@@ -2335,7 +2399,13 @@ def register(subparsers) -> None:
         "estimate", help="per-GPU and host memory of a ZeRO plan, with verdicts",
         description="Estimate per-GPU and host memory for a ZeRO fine-tune (model states, activations, "
                     "buffers, overhead) and say whether it fits. No GPU needed.")
-    add_plan_arguments(p, positional_model=True)
+    add_plan_arguments(p, positional_model=True, liger_choices=True)
+    from .attention import CHOICES as ATTENTION_CHOICES
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default=None,
+                   help="the attention cookbook train will use (its --attention): sdpa (packed rows: masked), flex, "
+                        "flash, eager (counts the attention scores' memory), auto (flex on a GPU, as cookbook train "
+                        "picks for packed rows); the speed model's fraction follows it (docs/speed.md). Default: sdpa "
+                        "on full rows, the model's reference")
     p.add_argument("--bf16-states", action="store_true",
                    help="bf16 master weights, gradients and Adam states (halves host RAM; small updates rounded away, loss +148%% measured at lr 2e-5)")
     p.add_argument("--cpu-rehearsal", action="store_true",
@@ -2358,6 +2428,6 @@ def register(subparsers) -> None:
 
 __all__ = ["zero12_init_peak_bytes", "AT_EDGE", "ERROR_BANDS_FILE", "ErrorBand", "FITS", "Headroom", "NO_FIT", "NVME_SUB_GROUP_SIZES", "NvmeKnobs",
            "choose_nvme_knobs", "error_band", "error_bands", "flattens_on_gpu", "headroom", "nvme_knobs_line",
-           "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
+           "LARGER_MICRO_MEASURED_OPT", "LIGER_HEADROOM_GIB", "LIGER_MEASURED_GAP", "LARGER_MICRO_MEASURED", "larger_micro_batch", "larger_micro_line", "larger_micro_speed_line", "liger_chunk_size", "liger_flce_bytes", "OffloadChoice", "choose_offload_run", "MODEL_STATE_KEYS", "PARTITIONED_STATE_KEYS", "SHARE_MODEL", "rank_model_states_gib", "share_ratio", "BF16_STATES_COST", "BF16_STATES_NOTE", "Decision", "decide", "fixes_that_fit", "variant_cost", "variant_flags", "ADDITIONAL_BUFFER_FACTOR", "batch_sweep", "choose_variant", "rehearsal_memory_note", "CUDA_CONTEXT_GIB", "DS_DEFAULTS", "EstimateError", "FETCH_FRAGMENTATION_LAYERS", "FRAGMENTATION",
            "MemoryEstimate", "RUNTIME_BASELINE_GIB", "CPU_RUNTIME_BASELINE_GIB", "host_runtime_gib", "SweepResult", "activation_bytes", "calculator", "compare",
            "estimate", "estimate_host_rss_cpu_run", "load_calibration", "plot_breakdown", "register", "sweep"]

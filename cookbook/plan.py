@@ -226,7 +226,8 @@ def argparse_suppress():
     return argparse.SUPPRESS
 
 
-def add_plan_arguments(parser, *, model_required: bool = False, positional_model: bool = False) -> None:
+def add_plan_arguments(parser, *, model_required: bool = False, positional_model: bool = False,
+                       liger_choices: bool = False) -> None:
     """Add the options that describe a plan to an argparse parser (shared by estimate, env, train)."""
     if positional_model:
         # MODEL, or --model MODEL as `cookbook train` spells it (plan_from_args takes either, refuses both)
@@ -253,9 +254,15 @@ def add_plan_arguments(parser, *, model_required: bool = False, positional_model
                     help="recompute activations in backward (saves activation memory, costs ~1/3 more compute)")
     gc.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
     parser.add_argument("--nvme-path", default=None, help="folder on a fast SSD for NVMe offload")
-    parser.add_argument("--liger", action="store_true", default=None,
-                        help="Liger kernels' fused linear cross-entropy: the loss without the full logits tensor "
-                             "(needs an NVIDIA GPU and liger-kernel)")
+    if liger_choices:   # cookbook train's --liger {auto,on,off}; a bare --liger is on
+        from .liger import CHOICES as LIGER_CHOICES
+        parser.add_argument("--liger", nargs="?", const="on", choices=LIGER_CHOICES, default=None,
+                            help="Liger kernels' fused linear cross-entropy (cookbook train's --liger): on, off, or auto "
+                                 "(on for llama/qwen2 at ZeRO 0-2 on a GPU); the logits are never stored. Default: off")
+    else:
+        parser.add_argument("--liger", action="store_true", default=None,
+                            help="Liger kernels' fused linear cross-entropy: the loss without the full logits tensor "
+                                 "(needs an NVIDIA GPU and liger-kernel)")
 
 
 def plan_from_args(args, **defaults) -> Plan:

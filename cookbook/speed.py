@@ -16,6 +16,9 @@ The model, per rank (all ranks run in lockstep; ``g`` ranks on ``m`` machines, `
    et al. 2022, appendix B; ``16·L·h·s`` with the recomputed forward). The achieved fraction depends on the
    attention kernel the run gets (:func:`attention_class`) and is fitted on the H200 runs
    (``data/calibration/speed/speed_model.json``, ``constants.gpu_fraction``); it is assumed the same on other cards.
+   Liger's fused linear cross-entropy multiplies the compute by ``constants.liger_compute_factor``, measured (not
+   fitted) from the forward+backward probe of ``data/reference/h200_levers_2026-12-01.json`` (``liger_probe``):
+   the same time as transformers' loss at equal micro batch; its gain is the larger micro batch it lets fit.
 2. **PCIe** bytes per rank at the card's link (``gt_s × lanes × 128/130 / 8`` GB/s, PCI-SIG) × the pinned-copy
    fraction measured on the H200 (54.8 of 63.0 GB/s). What crosses (DeepSpeed 0.19.8):
    ZeRO-1/2 with the optimizer offloaded: the 16-bit gradient partition down every micro step
@@ -172,19 +175,24 @@ def constants(path: str | os.PathLike = CONSTANTS_FILE) -> dict:
 
 
 def attention_class(head_dim: int, attention: str = "sdpa") -> str:
-    """Which fitted GPU fraction a run gets: ``flex`` (FlexAttention), ``sdpa_masked`` (packed rows through
-    sdpa: the 4D mask keeps PyTorch's SDPA off its flash kernel), ``sdpa_flash`` (full rows, head dim a
-    multiple of 8 and at most 256: the flash kernel's condition, ``torch/backends/cuda`` ``can_use_flash_attention``)
-    or ``sdpa_no_flash`` (e.g. head dim 100 of the 3.4B LLaMA shape).
+    """Which fitted GPU fraction a run gets: ``sdpa_flash`` (full rows, head dim a multiple of 8 and at most 256:
+    the flash kernel's condition, ``torch/backends/cuda`` ``can_use_flash_attention``) or ``sdpa_no_flash`` (e.g.
+    head dim 100 of the 3.4B LLaMA shape); ``sdpa_masked`` (packed rows through sdpa: the 4D mask keeps PyTorch's
+    SDPA off its flash kernel) and ``flex`` (FlexAttention), each with ``_flash_head`` appended where the head dim
+    meets the flash condition (there sdpa's masked kernels are fast too, and flex gains nothing).
 
     Raises:
         SpeedModelError: ``attention`` not in :data:`ATTENTIONS`.
     """
     if attention not in ATTENTIONS:
         raise SpeedModelError(f"attention={attention!r}: use one of {', '.join(ATTENTIONS)}")
+    flash_head = head_dim % 8 == 0 and head_dim <= 256
     if attention != "sdpa":
-        return attention
-    return "sdpa_flash" if head_dim % 8 == 0 and head_dim <= 256 else "sdpa_no_flash"
+        # where sdpa has fast kernels for the head dim, masked sdpa and flex get their own fitted fraction:
+        # measured on LLaMA-7B (head dim 128) flex was 0.96× packed sdpa, on the head-dim-100 3.4B shape 1.38×
+        # (data/reference/h200_attention.json)
+        return attention + ("_flash_head" if flash_head else "")
+    return "sdpa_flash" if flash_head else "sdpa_no_flash"
 
 
 def fetched_modules(num_layers: int) -> int:
@@ -207,7 +215,8 @@ class Workload:
 
     ``params`` N; ``num_layers``, ``hidden``, ``head_dim``; ``world`` ranks on ``machines``; ``micro_batch``,
     ``grad_accum``, ``seq_len``; ``zero_stage``; ``offload_optimizer``/``offload_param`` (``none``/``cpu``/``nvme``);
-    ``bf16_states``; ``checkpointing``; ``attention`` (:data:`ATTENTIONS`); ``nvme_read_gb``/``nvme_write_gb``
+    ``bf16_states``; ``checkpointing``; ``attention`` (:data:`ATTENTIONS`); ``liger`` (Liger's fused linear
+    cross-entropy: the compute × ``constants.liger_compute_factor``); ``nvme_read_gb``/``nvme_write_gb``
     per optimizer step and machine (:mod:`cookbook.nvme`'s count; 0 without NVMe)."""
 
     params: int
@@ -225,6 +234,7 @@ class Workload:
     bf16_states: bool = False
     checkpointing: bool = True
     attention: str = "sdpa"
+    liger: bool = False
     nvme_read_gb: float = 0.0
     nvme_write_gb: float = 0.0
 
@@ -262,6 +272,8 @@ def step_terms(w: Workload, machine: Machine, c: Mapping | None = None) -> dict[
     tokens_micro = w.micro_batch * w.seq_len
     fpt = flops_per_token(n, w.num_layers, w.hidden, w.seq_len, checkpointing=w.checkpointing)
     c_micro = tokens_micro * fpt / (machine.gpu.peak_bf16_tflops * 1e12 * frac)
+    if w.liger:
+        c_micro *= c.get("liger_compute_factor", 1.0)
 
     opt_off, par_off = w.offload_optimizer != "none", w.offload_param != "none" and w.zero_stage == 3
     z3_rate = pcie * c["zero3_transfer_fraction"]
@@ -346,7 +358,7 @@ def workload(e, *, bf16_states: bool | None = None, attention: str = "sdpa", spe
                     micro_batch=plan.micro_batch, grad_accum=plan.grad_accum, seq_len=plan.seq_len,
                     zero_stage=plan.zero_stage, offload_optimizer=plan.offload_optimizer,
                     offload_param=plan.offload_param, bf16_states=bool(bf16_states),
-                    checkpointing=plan.gradient_checkpointing, attention=attention,
+                    checkpointing=plan.gradient_checkpointing, attention=attention, liger=bool(plan.liger),
                     nvme_read_gb=float(nv.get("read_gb_per_step_total") or 0.0),
                     nvme_write_gb=float(nv.get("write_gb_per_step_total") or 0.0))
 

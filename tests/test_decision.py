@@ -287,3 +287,35 @@ def test_a_larger_card_change_is_offered_only_when_its_own_estimate_fits():
         assert e.fits_gpu and e.status != NO_FIT, words
         if words.startswith("GPUs with"):
             assert f"GPUs with {e.plan.gpu_memory_gib:g} GiB" in words
+
+
+def test_sweep_prices_the_larger_micro_batch(capsys):
+    """Issue 31: the "faster larger micro batch" hint carries its predicted speed (the same variant and global batch at
+    the larger micro batch, kept with the policy's margin), in the text and in --json's ``larger_micro_batch``."""
+    from cookbook.memory import larger_micro_batch
+    from cookbook.speed import Machine, gpu_spec, predict
+    args = ["estimate", "qwen2.5-7b", "--gpus", "1", "--gpu-memory-gib", "24", "--host-memory-gib", "128", "--seq-len",
+            "1024", "--micro-batch", "2", "--grad-accum", "8", "--sweep", "--gpu", "RTX 4090", "--cpu-cores", "16"]
+    assert main(args + ["--json"]) == 0
+    dec = json.loads(capsys.readouterr().out)["decision"]
+    big = dec["larger_micro_batch"]
+    rec = dec["recommended"]
+    # the same global batch of 16 sequences, a larger micro batch, the recommended variant, with room
+    assert big["micro_batch"] * big["grad_accum"] == 16 and big["micro_batch"] > 2
+    assert big["status"] == "fits" and big["headroom"]["gpu_need_gib"] <= 24
+    # its prediction, computed here from its own plan: tokens per step / step time, 16 × 1024 tokens a step
+    plan = Plan(model="qwen2.5-7b", gpu_memory_gib=24, host_memory_gib=128, seq_len=1024, micro_batch=2, grad_accum=8)
+    r = decide(plan).recommended
+    e = larger_micro_batch(r)
+    assert big["variant"] == r.plan.label == e.plan.label
+    assert (e.plan.micro_batch, e.plan.grad_accum) == (big["micro_batch"], big["grad_accum"])
+    p = predict(e, Machine(gpu_spec("RTX 4090"), 16))
+    assert big["predicted"]["tokens_per_s"] == pytest.approx(p.tokens_per_s, abs=0.1)
+    assert big["predicted"]["tokens_per_s"] * big["predicted"]["step_s"] == pytest.approx(16 * 1024, rel=1e-3)
+    assert big["predicted"]["tokens_per_s"] > rec["predicted"]["tokens_per_s"]   # fewer NVMe weight reads a step
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("larger micro batch:"))
+    ratio = big["predicted"]["tokens_per_s"] / rec["predicted"]["tokens_per_s"]
+    assert (f"--micro-batch {big['micro_batch']} --grad-accum {big['grad_accum']}" in line
+            and f"{big['predicted']['tokens_per_s']:,.0f} tokens/s" in line and f"{ratio:.2f}× the recommended" in line)

@@ -879,3 +879,60 @@ def test_lint_without_model_says_memory_was_not_checked(tmp_path):
     out = run("--gpu", "RTX 4090")
     assert "memory: not checked — no --model given" in out and "(here 64 per GPU)" in out and "--model NAME" in out
     assert "memory: not checked" not in run("--model", "tiny-llama")
+
+
+# ---------------------------------------------------------------- rule 14: activations and logits against the card
+
+LINT_FIXTURES = Path(__file__).parent / "fixtures" / "lint"
+GIB = 2 ** 30
+
+
+def _llama7b_activation_gib(micro, seq, *, liger=False):
+    """LLaMA-7B (hidden 4096, 32 layers, vocabulary 32000), bf16, gradient checkpointing, counted by hand:
+    checkpoints 2·s·b·h per layer, one layer's recompute 34·s·b·h, the loss phase 12·b·s·V (Korthikanti et al.
+    2022; transformers' fp32 cross-entropy), peak = checkpoints + the larger of the last two, + 0.7 GiB context."""
+    h, layers, v = 4096, 32, 32000
+    ckpt = layers * 2 * seq * micro * h
+    per_layer = 34 * seq * micro * h
+    logits = 12 * micro * seq * v
+    return (ckpt + max(per_layer, logits)) / GIB + 0.7
+
+
+def test_lint_memory_with_model_names_the_micro_batch_the_gib_and_the_fix():
+    """Issue 31 class 4, second half: our own config (LLaMA-7B, ZeRO-3 full offload, train_batch_size 256 with
+    accumulation 8 on one GPU, so DeepSpeed derives micro batch 32) at seq 2048 on a 24 GiB card."""
+    cfg = LINT_FIXTURES / "llama7b_micro32_24gib.json"
+    need = _llama7b_activation_gib(32, 2048)
+    assert 40.0 < need < 40.3   # 16 GiB checkpoints + 23.4 GiB logits + 0.7
+    rep = lint(cfg, world_size=1, mode="deepspeed", model="llama-7b", gpu_memory_gib=24, seq_len=2048)
+    f = _find(rep, "train_micro_batch_size_per_gpu", "error")
+    assert "train_micro_batch_size_per_gpu=32" in f.message and "DeepSpeed derives it" in f.message
+    assert f"{need:.1f} GiB" in f.message and "24 GiB card" in f.message
+    # the fix keeps the global batch 256: the largest divisor of 32 under half the card is 8 (16 needs 20.4 GiB)
+    assert _llama7b_activation_gib(16, 2048) > 12 >= _llama7b_activation_gib(8, 2048)
+    assert ("train_micro_batch_size_per_gpu to 8 and gradient_accumulation_steps to 32" in f.fix
+            and f"{_llama7b_activation_gib(8, 2048):.1f} GiB" in f.fix)
+    assert "Liger" in f.fix and "not this config's stage 3" in f.fix and "gradient checkpointing" in f.fix
+    # at micro 8 the same config passes the check; on an 80 GiB card micro 32 is a warning (over half), not an error
+    small = dict(json.loads(cfg.read_text()), gradient_accumulation_steps=32)
+    assert not [x for x in lint(small, world_size=1, mode="deepspeed", model="llama-7b", gpu_memory_gib=24,
+                                seq_len=2048) if x.path == "train_micro_batch_size_per_gpu" and "GiB" in x.message]
+    big = lint(cfg, world_size=1, mode="deepspeed", model="llama-7b", gpu_memory_gib=80, seq_len=2048)
+    warned = [x for x in big if x.path == "train_micro_batch_size_per_gpu" and "GiB per GPU" in x.message]
+    assert [x.severity for x in warned] == ["warning"] and "40.1 GiB" in warned[0].message
+    # no card: no check; a bad card: a caller error
+    assert not [x for x in lint(cfg, world_size=1, mode="deepspeed", model="llama-7b", seq_len=2048)
+                if "GiB per GPU" in x.message]
+    with pytest.raises(ValueError, match="gpu_memory_gib=0"):
+        lint(cfg, world_size=1, mode="deepspeed", model="llama-7b", gpu_memory_gib=0)
+
+
+def test_lint_memory_cli_flag_and_bad_value(capsys):
+    cfg = str(LINT_FIXTURES / "llama7b_micro32_24gib.json")
+    base = ["lint", cfg, "--mode", "deepspeed", "--world-size", "1", "--model", "llama-7b", "--seq-len", "2048"]
+    assert cli.main(base + ["--gpu-memory-gib", "24"]) == 1
+    assert "needs 40.1 GiB per GPU for activations and logits" in capsys.readouterr().out
+    assert cli.main(base + ["--gpu-memory-gib", "-3"]) == 2
+    assert "--gpu-memory-gib -3: give one card's memory in GiB" in capsys.readouterr().err
+    assert cli.main(base) == 0
+    assert "not checked against a card — give --gpu-memory-gib" in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,72 @@ def test_gpu_whose_memory_differs_from_the_checked_memory_is_noted(capsys):
     assert f"--gpu 'H100' has {h100.memory_gib:g} GiB" in err and f"--gpu-memory-gib {h100.memory_gib:g}" in err
     cli_main(ARGS + ["--gpu", "H100", "--gpu-memory-gib", f"{h100.memory_gib:g}"])
     assert "--gpu 'H100' has" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- attention and Liger
+
+@pytest.mark.parametrize("head_dim,attention,cls", [(100, "sdpa", "sdpa_no_flash"), (128, "sdpa", "sdpa_flash"),
+                                                     (100, "sdpa_masked", "sdpa_masked"), (100, "flex", "flex"),
+                                                     (128, "sdpa_masked", "sdpa_masked_flash_head"),
+                                                     (128, "flex", "flex_flash_head")])
+def test_attention_class_splits_at_sdpas_flash_condition(head_dim, attention, cls):
+    assert speed.attention_class(head_dim, attention) == cls
+    assert cls in speed.constants()["gpu_fraction"]
+
+
+def test_liger_factor_is_the_probes_measured_ratio_and_scales_compute():
+    probe = json.loads((REPO / "data" / "reference" / "h200_levers_2026-12-01.json").read_text())["liger_probe"]["rows"]
+    t = {(r["liger"], r["micro_batch"]): r["time_s_1"] for r in probe}
+    want = sum(t[(True, m)] / t[(False, m)] for m in (16, 24, 32)) / 3     # 1.0561/1.0499, 1.5442/1.5606, 2.0755/2.0841
+    assert speed.constants()["liger_compute_factor"] == pytest.approx(want, abs=1e-4) and 0.99 < want < 1.01
+    c = dict(C, liger_compute_factor=0.5)
+    m = speed.Machine(speed.gpu_spec("H200"), 16)
+    assert speed.step_terms(_w(liger=True), m, c)["compute_s"] == pytest.approx(
+        0.5 * speed.step_terms(_w(), m, c)["compute_s"])
+
+
+def _attention_run(name):
+    runs = json.loads((REPO / "data" / "reference" / "h200_attention.json").read_text())["runs"]
+    return [r["tokens_per_s"] for r in runs if r["name"] == name]
+
+
+def test_estimate_attention_and_liger_flags_against_the_committed_runs(capsys):
+    """3.4B shape (head dim 100), ZeRO-2 + optimizer offload, fp32 states, one H200: --attention flex/sdpa and
+    --liger reach the speed model, and the predictions stay within ±25 % of the runs of h200_attention.json (the
+    flex+Liger micro-32 runs are held out)."""
+    from cookbook.memory import estimate
+    from cookbook.plan import Plan
+    base = ["estimate", "benchmarks/models/llama-3b", "--gpus", "1", "--gpu-memory-gib", "24", "--zero-stage", "2",
+            "--offload-optimizer", "cpu", "--seq-len", "1024", "--gpu", "H200", "--cpu-cores", "16", "--json"]
+
+    def tps(*extra):
+        assert cli_main(base + list(extra)) == 0
+        return json.loads(capsys.readouterr().out)
+    flex, sdpa = tps("--micro-batch", "16", "--attention", "flex"), tps("--micro-batch", "16", "--attention", "sdpa")
+    assert flex["predicted"]["attention"] == "flex" and sdpa["predicted"]["attention"] == "sdpa_masked"
+    measured_ratio = _attention_run("l3b-flex-m16")[0] / statistics.mean(_attention_run("l3b-sdpa-m16"))
+    assert 1.3 < measured_ratio < 1.45          # 6,318 vs 4,541 and 4,383
+    assert flex["predicted"]["tokens_per_s"] / sdpa["predicted"]["tokens_per_s"] == pytest.approx(measured_ratio, rel=0.1)
+    both = tps("--micro-batch", "32", "--attention", "flex", "--liger", "on")
+    assert both["plan"]["liger"] is True and both["gpu_gib"]["total"] < 24
+    e = estimate(Plan(model="benchmarks/models/llama-3b", gpu_memory_gib=24, zero_stage=2, offload_optimizer="cpu",
+                      micro_batch=32, seq_len=1024, liger=True))
+    want = speed.predict(e, speed.Machine(speed.gpu_spec("H200"), 16), attention="flex")
+    assert both["predicted"]["tokens_per_s"] == pytest.approx(want.tokens_per_s, abs=0.1)
+    for measured in _attention_run("l3b-flex-liger-m32"):          # 9,120 and 8,968 (and 9,463 unpacked, call 5)
+        assert abs(both["predicted"]["tokens_per_s"] / measured - 1) < 0.25
+    assert tps("--micro-batch", "16", "--attention", "auto", "--liger", "off")["predicted"]["attention"] == "flex"
+
+
+@pytest.mark.parametrize("extra,needle", [(["--attention", "flex", "--cpu-rehearsal"], "--attention flex: FlexAttention"),
+                                          (["--liger", "sometimes"], "argument --liger: invalid choice"),
+                                          (["--attention", "fast"], "argument --attention: invalid choice")])
+def test_bad_attention_and_liger_flags_name_the_flag(extra, needle, capsys):
+    with pytest.raises(SystemExit) if "invalid choice" in needle else _nullcontext():
+        assert cli_main(ARGS + extra) == 2
+    assert needle in capsys.readouterr().err
+
+
+def _nullcontext():
+    import contextlib
+    return contextlib.nullcontext()
