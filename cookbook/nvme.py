@@ -1670,7 +1670,4 @@ def register(subparsers) -> None:
 __all__ = ["AIO_DEFAULTS", "AIO_KEYS", "BANDWIDTH_RECORD", "CONSUMER_PCIE4_SSD", "DEFAULT_SWEEP", "ENDURANCE_NOTE",
            "KNOWN_STOPS", "NVME_DISK_TERMS", "NVME_HOST_TERMS", "NvmeError", "REFERENCE_COLUMNS", "RUN_TABLE_COLUMNS", "NvmeEstimate", "async_io_available", "check_run", "estimate_nvme",
            "load_aio_config", "measure_bandwidth", "prepare_async_io", "recorded_bandwidth", "reference_lines", "reference_run_table", "reference_runs", "register", "run_io_summary",
-           "sweep_settings", "tune", "validate_aio", "NvmeRoad", "consumer_disk", "disk_here", "road"]
-
-# the NVMe road (one result that prints, tabulates and records itself) lives in its own module
-from .nvme_road import NvmeRoad, consumer_disk, disk_here, road  # noqa: E402
+           "sweep_settings", "tune", "validate_aio"]

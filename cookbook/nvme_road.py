@@ -1,4 +1,4 @@
-"""The NVMe road: what NVMe offload of a plan puts on the SSD and in host RAM, the traffic per optimizer step, the
+"""The NVMe road (``nvme_road.road``; its own module so that :mod:`cookbook.nvme` does not import it back): what NVMe offload of a plan puts on the SSD and in host RAM, the traffic per optimizer step, the
 step-time floor on each disk given, and the SSD's wear — one result that prints, tabulates and records itself.
 
 ``road(plan, disks=[CONSUMER_DISK, disk_here(folder)])`` gathers :func:`cookbook.memory.estimate` (the host peak)
@@ -138,7 +138,8 @@ def road(plan, disks: Iterable[tuple[str, Mapping] | None] | None = None, *, bf1
     """NVMe offload of ``plan`` (its optimizer and parameters put on NVMe, everything else kept), on ``disks``.
 
     Args:
-        plan: a :class:`cookbook.plan.Plan` (its ``host_memory_gib`` is the RAM the host peak is checked against).
+        plan: a :class:`cookbook.plan.Plan` (its ``host_memory_gib`` is the RAM the host peak is checked against;
+            without an ``nvme_path`` the estimate assumes ``/local_nvme``).
         disks: ``(name, {"read_gb_s", "write_gb_s"})`` pairs (:func:`consumer_disk`, :func:`disk_here`); None
             entries are dropped, disks without a read bandwidth listed as not measured. Default: the consumer SSD.
         bf16_states: bf16 master weights and Adam states (lossy) instead of fp32.
@@ -148,7 +149,8 @@ def road(plan, disks: Iterable[tuple[str, Mapping] | None] | None = None, *, bf1
     """
     from .memory import estimate
     from .nvme import estimate_nvme
-    p = plan.replace(zero_stage=3, offload_optimizer="nvme", offload_param="nvme")
+    p = plan.replace(zero_stage=3, offload_optimizer="nvme", offload_param="nvme",
+                     nvme_path=plan.nvme_path or "/local_nvme")  # the folder changes no estimate
     given = [d for d in (disks if disks is not None else [consumer_disk()]) if d is not None]
     measured = tuple((n, dict(d)) for n, d in given if d and d.get("read_gb_s") and d.get("write_gb_s"))
     skipped = tuple((n, dict(d or {})) for n, d in given if not (d and d.get("read_gb_s") and d.get("write_gb_s")))
