@@ -1264,11 +1264,8 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
     """
     out = []
     for stage, opt, par in variants:
-        changes = {"zero_stage": stage, "offload_optimizer": opt, "offload_param": par}
-        if "nvme" in (opt, par) and not plan.nvme_path:
-            changes["nvme_path"] = "/local_nvme"
         try:
-            variant = plan.replace(**changes)
+            variant = plan.replace(**_variant_changes(plan, (stage, opt, par)))
         except PlanError as exc:
             raise EstimateError(f"variant {(stage, opt, par)}: {exc}") from None
         out.append(estimate(variant, bf16_states=bf16_states, spec=spec, device=device))
@@ -1346,11 +1343,20 @@ def _ladder(bf16_states: bool):
 def _variant_estimate(plan: Plan, variant, b16: bool, *, spec, device) -> MemoryEstimate:
     """``plan`` at one ZeRO variant; NVMe variants with the host-RAM knobs :func:`choose_nvme_knobs` sizes for the
     machine (``estimate`` picks them when no DeepSpeed config is given), which ``cookbook config`` writes."""
+    return estimate(plan.replace(**_variant_changes(plan, variant)), bf16_states=b16, spec=spec, device=device)
+
+
+def _variant_changes(plan: Plan, variant) -> dict:
+    """The plan fields of one ZeRO variant ``(zero_stage, offload_optimizer, offload_param)``: NVMe variants get
+    ``nvme_path="/local_nvme"`` when the plan has none (a label only); ZeRO-3 variants drop ``liger``, since Liger's
+    fused loss cannot run there (:mod:`cookbook.liger`, Liger-Kernel #1048) and ``--liger auto`` turns it off."""
     stage, opt, par = variant
     changes = {"zero_stage": stage, "offload_optimizer": opt, "offload_param": par}
+    if stage == 3 and getattr(plan, "liger", False):
+        changes["liger"] = False
     if "nvme" in (opt, par) and not plan.nvme_path:
         changes["nvme_path"] = "/local_nvme"
-    return estimate(plan.replace(**changes), bf16_states=b16, spec=spec, device=device)
+    return changes
 
 
 def _candidates(plan: Plan, *, bf16_states: bool | None, device: str, spec=None,
@@ -2302,7 +2308,9 @@ def _run_cli(args) -> int:
         if isinstance(choice, str):   # --liger {auto,on,off}: a planned run, liger-kernel assumed installable there
             from .models import model_spec
             mt = getattr(model_spec(args.model or args.model_option), "model_type", None) if choice == "auto" else None
-            args.liger = resolve_liger(choice, model_type=mt, zero_stage=args.zero_stage, on_gpu=not args.cpu_rehearsal,
+            # a sweep decides per variant (ZeRO-3 variants drop it: sweep), one plan by its own stage
+            stage = None if getattr(args, "sweep", False) else args.zero_stage
+            args.liger = resolve_liger(choice, model_type=mt, zero_stage=stage, on_gpu=not args.cpu_rehearsal,
                                        is_installed=True)[0]
     except (AttentionError, LigerError) as exc:
         print(f"error: {exc}", file=sys.stderr)

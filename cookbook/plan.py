@@ -258,7 +258,9 @@ def add_plan_arguments(parser, *, model_required: bool = False, positional_model
         from .liger import CHOICES as LIGER_CHOICES
         parser.add_argument("--liger", nargs="?", const="on", choices=LIGER_CHOICES, default=None,
                             help="Liger kernels' fused linear cross-entropy (cookbook train's --liger): on, off, or auto "
-                                 "(on for llama/qwen2 at ZeRO 0-2 on a GPU); the logits are never stored. Default: off")
+                                 "(on for llama/qwen2 at ZeRO 0-2 on a GPU; with --sweep per variant, never at ZeRO-3); the logits "
+                                 "are never stored. Default: off here; cookbook train's default is auto, so pass "
+                                 "--liger auto to estimate what it runs on a GPU")
     else:
         parser.add_argument("--liger", action="store_true", default=None,
                             help="Liger kernels' fused linear cross-entropy: the loss without the full logits tensor "

@@ -350,3 +350,19 @@ def test_lint_cli_liger(tmp_path, capsys):
     assert cli.main(base + ["--liger"]) == 1
     assert "zero_optimization.stage 3 with --liger" in capsys.readouterr().out
     assert cli.main(base) == 0
+
+
+def test_sweep_and_decision_never_offer_liger_under_zero3():
+    """Liger's fused loss cannot run under ZeRO-3 (Liger-Kernel #1048): a plan with --liger keeps it on the ZeRO-0/1/2
+    variants of the sweep and the decision and drops it, with its smaller logits, on the ZeRO-3 ones."""
+    from cookbook import memory
+    plan = Plan(model=LLAMA3B, num_gpus=1, gpu_memory_gib=24, host_memory_gib=128, seq_len=1024, micro_batch=24,
+                grad_accum=1, precision="bf16", zero_stage=2, offload_optimizer="cpu", liger=True)
+    rows = memory.sweep(plan).estimates
+    assert {e.plan.liger for e in rows if e.plan.zero_stage == 3} == {False}
+    assert {e.plan.liger for e in rows if e.plan.zero_stage < 3} == {True}
+    z3 = next(e for e in rows if (e.plan.zero_stage, e.plan.offload_optimizer, e.plan.offload_param) == (3, "cpu", "none"))
+    assert z3.gpu_gib == memory.estimate(z3.plan.replace(liger=False)).gpu_gib  # the stock loss's logits
+    d = memory.decide(plan)
+    assert all(not e.plan.liger for e in d.candidates if e.plan.zero_stage == 3)
+    assert d.recommended.plan.zero_stage == 2 and d.recommended.plan.liger
