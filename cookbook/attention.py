@@ -39,8 +39,14 @@ def flex_available() -> bool:
         return False
 
 
+#: Why ``auto`` keeps sdpa under ZeRO-3 (sources: the evidence records ``attention.zero3_llama7b_flex`` and the
+#: exact-Adam LLaMA-7B run of ``docs/gpu/attention.md``, calls 6–7).
+ZERO3_SDPA_WHY = ("auto: ZeRO-3 — flex measured 0.96x sdpa on LLaMA-7B with its parameters offloaded, and its "
+                  "compile workers' host RAM tipped the exact-Adam 7B run into a host OOM; --attention flex to try it")
+
+
 def choose(requested: str = "auto", *, on_gpu: bool, packing: bool | None,
-           flash: bool | None = None, flex: bool | None = None) -> tuple[str, str]:
+           flash: bool | None = None, flex: bool | None = None, zero_stage: int | None = None) -> tuple[str, str]:
     """The ``attn_implementation`` for a run and the reason, as the console prints it.
 
     Args:
@@ -49,6 +55,9 @@ def choose(requested: str = "auto", *, on_gpu: bool, packing: bool | None,
         packing: ``--packing`` (True), ``--no-packing`` (False) or the default (None: packed where the attention
             keeps examples apart, which every implementation above does for transformers' own models).
         flash, flex: whether flash-attn / FlexAttention are available (None: look).
+        zero_stage: the run's ZeRO stage (None: unknown). ``auto`` keeps sdpa at stage 3, where flex was no lever
+            (:data:`ZERO3_SDPA_WHY`); at stages 0–2 it measured 1.38× (head dim 100) and 1.11× (head dim 128) on packed
+            rows (``docs/gpu/attention.md``).
 
     Returns:
         ``(attn_implementation, why)``.
@@ -73,6 +82,8 @@ def choose(requested: str = "auto", *, on_gpu: bool, packing: bool | None,
         return IMPLEMENTATIONS[requested], f"--attention {requested}"
     if on_gpu and flash:
         return "flash_attention_2", "auto: flash-attn is installed (varlen kernels, example boundaries from position_ids)"
+    if on_gpu and flex and packing is not False and zero_stage == 3:
+        return "sdpa", ZERO3_SDPA_WHY
     if on_gpu and flex and packing is not False:
         return "flex_attention", ("auto: packed rows on a GPU — FlexAttention's document BlockMask skips the blocks "
                                   "between examples instead of a dense mask; --attention sdpa for PyTorch's default")

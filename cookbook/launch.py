@@ -738,7 +738,7 @@ def _guard(plan: Plan, ds_config: dict, *, on_gpu: bool, bf16_states: bool,
     return findings, est, refusals
 
 
-def packed_with_mask(packing: bool | None, attention: str = "sdpa") -> bool:
+def packed_with_mask(packing: bool | None, attention: str = "sdpa", zero_stage: int | None = None) -> bool:
     """Whether packed rows will reach the attention of a GPU run as a dense block-diagonal mask (transformers'
     sdpa/eager path, which stores ``b·a·s²`` scores per layer: see :func:`cookbook.train.masked_attention`)
     rather than flash-attention's varlen path or FlexAttention's BlockMask: packing not turned off and
@@ -747,7 +747,7 @@ def packed_with_mask(packing: bool | None, attention: str = "sdpa") -> bool:
     if packing is False:
         return False
     try:
-        impl, _ = choose(attention, on_gpu=True, packing=packing)
+        impl, _ = choose(attention, on_gpu=True, packing=packing, zero_stage=zero_stage)
     except AttentionError:
         return True
     return impl in ("sdpa", "eager")
@@ -1022,10 +1022,13 @@ class _Launch:
         from .attention import AttentionError, choose as choose_attention
         try:
             impl, why = choose_attention(self.options.model.attention, on_gpu=on_gpu or self.elsewhere,
-                                         packing=self.options.data.packing)
+                                         packing=self.options.data.packing, zero_stage=plan.zero_stage)
         except AttentionError as exc:
             self.refuse(f"{exc}; nothing was launched")
         print(f"[attention] {impl} ({why})")
+        if on_gpu:  # the ranks run what was decided here (they do not choose again)
+            from .attention import IMPLEMENTATIONS
+            self.opts["attention"] = next(k for k, v in IMPLEMENTATIONS.items() if v == impl)
 
     def resolve_liger(self, plan: Plan) -> Plan:
         """``--liger auto`` (:func:`cookbook.liger.resolve`) for this plan, printed as ``[liger] auto: on/off (why)``.
@@ -1172,7 +1175,7 @@ class _Launch:
         self.findings, self.est, self.refusals = _guard(
             plan, self.ds_config, on_gpu=self.on_gpu, bf16_states=self.options.model.bf16_states,
             emulate_gpu_memory_gib=self.options.rehearsal.emulate_gpu_memory_gib, elsewhere=self.elsewhere,
-            packed_with_mask=packed_with_mask(d.packing, self.options.model.attention), filled=filled, names=self.names)
+            packed_with_mask=packed_with_mask(d.packing, self.options.model.attention, self.plan.zero_stage), filled=filled, names=self.names)
 
     def write_run_dir(self) -> None:
         """``ds_config.json``, ``accelerate.yaml``, ``command.sh``, ``run.resolved.yaml`` and, for a user's

@@ -893,7 +893,8 @@ class _Recipe:
                      "transformers' own modelling code runs")
         from .attention import AttentionError, choose
         try:
-            attn_impl, attn_why = choose(getattr(args, "attention", "auto"), on_gpu=self.cuda, packing=args.packing)
+            attn_impl, attn_why = choose(getattr(args, "attention", "auto"), on_gpu=self.cuda, packing=args.packing,
+                                         zero_stage=(ds_config.get("zero_optimization") or {}).get("stage"))
         except AttentionError as exc:
             raise TrainInputError(str(exc)) from None
         _print_rank0(accelerator, f"[attention] {attn_impl} ({attn_why})")

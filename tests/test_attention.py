@@ -1,7 +1,7 @@
 """--attention: the rule `auto` applies, the refusals, and the same loss on packed rows with each implementation."""
 import pytest
 
-from cookbook.attention import CHOICES, AttentionError, choose
+from cookbook.attention import CHOICES, ZERO3_SDPA_WHY, AttentionError, choose
 from cookbook.data import load_tokenizer, make_rows, normalise, packing_attention, tokenize
 from cookbook.models import model_spec
 
@@ -103,3 +103,18 @@ def test_run_file_key_attention(tmp_path):
     r = run(good, "g")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "--attention eager" in (tmp_path / "g" / "command.sh").read_text()
+
+
+def test_auto_keeps_sdpa_under_zero3_where_flex_was_no_lever():
+    """ZeRO-3: flex measured 0.96x sdpa on LLaMA-7B (evidence attention.zero3_llama7b_flex) and its compile workers
+    tipped the exact-Adam 7B run into a host OOM: auto keeps sdpa there and says why; ZeRO-0/1/2 and unknown stages
+    keep flex for packed rows; an explicit --attention flex is honoured at any stage."""
+    from cookbook import evidence
+    r = evidence.get("attention.zero3_llama7b_flex")
+    assert r.ratio < 1.0 and "0.96x" in ZERO3_SDPA_WHY and f"{r.ratio:.2f}" == "0.96"
+    impl, why = choose("auto", on_gpu=True, packing=True, flash=False, flex=True, zero_stage=3)
+    assert impl == "sdpa" and why == ZERO3_SDPA_WHY and "--attention flex" in why
+    for stage in (None, 0, 1, 2):
+        assert choose("auto", on_gpu=True, packing=True, flash=False, flex=True, zero_stage=stage)[0] == "flex_attention"
+    assert choose("flex", on_gpu=True, packing=True, flex=True, zero_stage=3)[0] == "flex_attention"
+    assert choose("auto", on_gpu=True, packing=True, flash=True, flex=True, zero_stage=3)[0] == "flash_attention_2"
