@@ -844,11 +844,24 @@ def collate(batch_ids: list, batch_labels: list, pad_id: int):
 #: What a block-diagonal mask costs on a GPU with ``sdpa``: PyTorch's flash kernel takes no ``attn_mask``
 #: (``torch.nn.functional.scaled_dot_product_attention`` docs: with a mask it picks the memory-efficient or
 #: math kernel), so packed rows with example boundaries run slower than unmasked rows. Measured on one H200
-#: capped at 24 GiB, 3.4B LLaMA shape, ZeRO-2 + optimizer offload, micro batch 16, seq 1024, bf16 states:
-#: 0.66× (5,299 vs 8,047 tokens/s, ``data/reference/h200_calib_2026-12-01.json`` against
-#: ``h200_levers_2026-12-01.json``) and 0.71× (5,497 vs 7,769 under the HF Trainer with one example per row,
-#: ``data/reference/h200_levers_2026-12-02.json``); GPU allocated +2.9 GiB.
-SDPA_PACKED_COST = (0.66, 0.71)
+#: capped at 24 GiB, 3.4B LLaMA shape, ZeRO-2 + optimizer offload, micro batch 16, seq 1024, bf16 states, as the
+#: ratio of packed to unmasked tokens/s: the cookbook's loop and the HF Trainer with one example per row (source:
+#: evidence :data:`SDPA_PACKED_EVIDENCE`); GPU allocated +2.9 GiB.
+SDPA_PACKED_EVIDENCE = ("sdpa.packed_mask", "sdpa.packed_mask_trainer")
+
+
+def _sdpa_packed_cost() -> tuple[float, float]:
+    from .evidence import get
+    return tuple(round(get(k).ratio, 2) for k in SDPA_PACKED_EVIDENCE)
+
+
+SDPA_PACKED_COST = _sdpa_packed_cost()
+
+
+def _sdpa_packed_cite() -> str:
+    from .evidence import get
+    first, second = (get(k) for k in SDPA_PACKED_EVIDENCE)
+    return f"{first.cite()}, `{second.key}`"
 
 
 def packed_attention_cost_note(attention: dict, *, packing: bool, on_gpu: bool) -> str | None:
@@ -860,7 +873,7 @@ def packed_attention_cost_note(attention: dict, *, packing: bool, on_gpu: bool) 
         return None
     lo, hi = SDPA_PACKED_COST
     return (f"packed rows reach sdpa with a block-diagonal mask, which keeps PyTorch off its flash kernel: measured "
-            f"{lo:.2f}–{hi:.2f}× the tokens/s of unmasked rows (3.4B, seq 1024, H200; cookbook.data.SDPA_PACKED_COST). "
+            f"{lo:.2f}–{hi:.2f}× the tokens/s of unmasked rows (3.4B, seq 1024, H200; {_sdpa_packed_cite()}). "
             "Faster: `pip install flash-attn` (varlen kernels; the cookbook flattens each micro batch for them), or "
             "--no-packing, which cuts every example to --seq-len (tokens past it are not trained)")
 

@@ -367,9 +367,9 @@ def host_memory_short(plan: Plan, *, bf16_states: bool = False) -> bool:
 
     Pinned (page-locked) host memory cannot be swapped out, so with short RAM ``pin_memory: true``
     turns a slow run into a killed one (DeepSpeed docs, ``offload_optimizer.pin_memory``). Turning it off is not
-    free: :data:`PIN_MEMORY_OFF_COST` (3.0× slower measured), so only a real shortage turns it off. (Until
-    2026-12-02 DeepSpeed's fp32-states estimate decided, also for bf16 states: LLaMA-7B on a 125.8 GiB machine ran
-    unpinned although its 102 GiB fit.)
+    free: :data:`PIN_MEMORY_OFF_COST` (source: evidence ``pin_memory.off``), so only a real shortage turns it off.
+    (DeepSpeed's fp32-states estimate, which decided before, also for bf16 states, had LLaMA-7B on a 125.8 GiB
+    machine run unpinned although its 102 GiB fit.)
     """
     if plan.host_memory_gib is None or plan.offload_optimizer == "none" and plan.offload_param == "none":
         return False

@@ -1491,8 +1491,7 @@ def omp_binding_vars(env: dict) -> dict[str, str]:
     * ``KMP_AFFINITY`` (Intel/LLVM OpenMP): a value naming ``granularity``, ``compact``, ``scatter``, ``explicit``
       or ``balanced``, and not ``disabled`` or ``none``.
 
-    Why it matters: :func:`cpu_adam_binding_check` (measured cost: docs/benchmarks.md §14,
-    data/reference/raw/h200_levers_session5_call3_7b_levers.json).
+    Why it matters: :func:`cpu_adam_binding_check` (measured cost, source: evidence ``omp_binding.cpu_adam``).
     """
     found: dict[str, str] = {}
     bind = str(env.get("OMP_PROC_BIND") or "").strip()
@@ -1514,11 +1513,9 @@ def cpu_adam_binding_check(env: dict, plan: Plan | None) -> Check | None:
     """Pinned OpenMP threads in a rank that runs DeepSpeed's CPU Adam: ``warn`` with the measured cost and the fix.
 
     DeepSpeedCPUAdam does the optimizer step on the host, with OpenMP threads, whenever the optimizer is
-    offloaded (``cpu`` and ``nvme`` alike). Measured (docs/benchmarks.md §14, 2026-12-02, one H200, LLaMA-7B
-    ZeRO-3 with the optimizer on the CPU; raw: data/reference/raw/h200_levers_session5_call3_7b_levers.json, run
-    ``7b-16x1-bind``, against ``7b-16x1`` in data/reference/raw/h200_levers_session5_call2_7b_levers.json):
-    DeepSpeed's core layout (cores 1–15) with ``OMP_PROC_BIND=close``, ``OMP_PLACES=cores`` made the CPU Adam
-    10.7× slower (optimizer_step 18.1 s vs 1.7 s per step) and the run 0.18× as fast (793 vs 4,332 tokens/s).
+    offloaded (``cpu`` and ``nvme`` alike). Measured (source: evidence ``omp_binding.cpu_adam``, :data:`OMP_BINDING_COST`;
+    one H200, LLaMA-7B ZeRO-3 with the optimizer on the CPU): DeepSpeed's core layout (cores 1–15) with
+    ``OMP_PROC_BIND=close``, ``OMP_PLACES=cores`` made the CPU Adam about 10× slower and the run about a fifth as fast.
 
     Args:
         env: the environment the ranks inherit (the facts' ``env``, or ``os.environ`` in ``cookbook launch``).
@@ -1552,8 +1549,7 @@ def cpu_adam_binding_check(env: dict, plan: Plan | None) -> Check | None:
 
 def cpu_adam_binding_warning(env: dict, plan: Plan | None) -> str | None:
     """The one line ``cookbook launch`` prints before it starts the ranks (``[env] warning: ...``), or None:
-    :func:`cpu_adam_binding_check`'s warning (source: docs/benchmarks.md §14,
-    data/reference/raw/h200_levers_session5_call3_7b_levers.json) as value, reason and fix."""
+    :func:`cpu_adam_binding_check`'s warning (source: evidence ``omp_binding.cpu_adam``) as value, reason and fix."""
     c = cpu_adam_binding_check(env, plan)
     if c is None or c.status != "warn":
         return None

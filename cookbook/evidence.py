@@ -28,8 +28,11 @@ class EvidenceError(KeyError):
 @dataclasses.dataclass(frozen=True)
 class Evidence:
     """One measured number: ``value`` in ``unit`` under ``conditions`` on ``machine`` (``date``), from the reference
-    record ``source`` (``{"file", "call", "run"}``); ``baseline`` (optional) is the number it is compared with,
-    measured in the same call unless it says ``"same_call": false``. ``extra`` holds the record's other fields (micro batch, memory, ...)."""
+    record ``source``: ``{"file", "call", "run"}`` names a run of the file's ``runs`` list (``"list"`` names another
+    list, a missing ``"call"`` matches any), or ``{"file", "path"}`` a dotted path to a number in the file;
+    ``baseline`` (optional) is the number it is compared with, measured in the same call unless it says
+    ``"same_call": false``. ``extra`` holds the record's other fields (micro batch, memory, the run's ``"field"``
+    the value is read from when it is not tokens/s, the run's ``"status"`` when it is not ``ok``, ...)."""
 
     key: str
     value: float
@@ -51,11 +54,16 @@ class Evidence:
         return f"{self.machine}, {self.date}; data/evidence.json `{self.key}`"
 
     def __str__(self) -> str:
-        text = f"{self.value:,.0f} {self.unit}"
+        text = f"{_number(self.value)} {self.unit}"
         if self.baseline:
             where = "" if self.baseline.get("same_call", True) else ", measured in another call"
-            text += f", {self.ratio:.2f}x {self.baseline['what']} ({float(self.baseline['value']):,.0f}{where})"
+            text += f", {self.ratio:.2f}x {self.baseline['what']} ({_number(float(self.baseline['value']))}{where})"
         return f"{text} — {self.conditions} ({self.cite()})"
+
+
+def _number(value: float) -> str:
+    """Thousands without decimals (tokens/s), smaller numbers to three significant digits (GiB, loss)."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 @functools.lru_cache(maxsize=4)

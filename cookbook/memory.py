@@ -54,7 +54,7 @@ Sources of the formulas (each function repeats the one it uses):
   :data:`FRAGMENTATION`, :data:`FETCH_FRAGMENTATION_LAYERS`, :data:`RUNTIME_BASELINE_GIB`,
   :data:`CUDA_HOST_RUNTIME_GIB`, :data:`NVME_HOST_RUNTIME_GIB`).
 
-Accuracy against the 2026-11-30 H200 measurements (``data/calibration/h200_24gib.json``,
+Accuracy against the H200 calibration measurements (``data/calibration/h200_24gib.json``,
 ``h200x2_2026-11-30.json``; the cookbook's runs estimated with their own DeepSpeed config from
 ``data/reference/h200x2_2026-11-30.json``): GPU reserved within ±12% on every uncapped rung (stock
 configs included); on the three runs whose reserved peak reads the 24 GiB cap the estimate is 22.0-22.9
@@ -106,7 +106,7 @@ CUDA_CONTEXT_GIB = 0.7
 #: layer's parameters are fetched into fresh blocks twice per micro-step between those activations,
 #: which splits the cache further. No first-principles model of PyTorch's caching allocator is
 #: attempted: the fractions are fitted to the measured calibration (``data/calibration/h200_24gib.json``
-#: and ``h200x2_2026-11-30.json``, 2026-11-30, H200 capped at 24 GiB, torch 2.11, DeepSpeed 0.19.8),
+#: and ``h200x2_2026-11-30.json``: H200 capped at 24 GiB, torch 2.11, DeepSpeed 0.19.8),
 #: where reserved/allocated was 1.41-1.57 for ZeRO-2 + optimizer offload (mostly the stale parameter
 #: blocks), 1.19 for ZeRO-3 + optimizer offload and 1.33-1.74 for ZeRO-3 + parameter offload; every
 #: uncapped reserved peak is then within ±15% (test_memory.py::test_calibration_points).
@@ -138,9 +138,9 @@ CUDA_HOST_RUNTIME_GIB = 0.65
 #: Extra host RSS of a GPU rank with NVMe offload beyond every counted NVMe term (swap buffers, staging, flat
 #: buffers: :func:`cookbook.nvme.estimate_nvme`), GiB. Measured on the H200 (one rank, fp32 states, default
 #: aio): the host RSS during the steps minus the estimate without its first-step transient was 1.04 GiB
-#: (llama-134m, ``data/reference/h200_nvme_runs_2026-12-01.json``), 1.03 and 1.01 GiB (llama-134m, two calls
-#: of a later session: ``data/reference/raw/h200_nvme_session2_call3_results.json``,
-#: ``data/reference/h200_nvme_runs_2026-12-01b.json``) and 1.01 GiB (llama-1b, 8× the parameters, same record):
+#: (llama-134m, ``data/reference/h200_nvme_runs_2026-12-01.json``), 1.03 and 1.01 GiB (llama-134m, two later
+#: device calls, the second ``data/reference/h200_nvme_runs_2026-12-01b.json``; the first is told in
+#: docs/benchmarks.md) and 1.01 GiB (llama-1b, 8× the parameters, same record):
 #: a constant, not a per-parameter term. Not attributed to one DeepSpeed allocation (the async I/O op's handles
 #: and threads are the candidates); fitted on those four runs, so the NVMe host check of those runs is not a
 #: held-out test of it. Held out since (``data/reference/h200_nvme_runs_2026-12-02.json``, estimated with the term
@@ -496,19 +496,29 @@ def activation_bytes(spec, plan: Plan, *, eager_attention: bool = False) -> dict
     return {"layers": float(layers), "logits": float(logits), "total": float(total)}
 
 
-#: What the estimate misses with ``--liger`` at large micro batches, measured (``docs/benchmarks.md`` §14,
-#: ``data/reference/h200_levers_2026-12-02c.json``; 3.4B LLaMA shape, ZeRO-2 + optimizer offload, fp32 states, one
-#: H200 capped at 24 GiB): micro batch 24 peaked at 19.8 GiB allocated / 22.7 reserved against 13.6 / 20.6
-#: estimated, and micro batch 28 ran out of GPU memory where the estimate says 22.5 of 24 GiB. The peak moves
-#: from the loss phase to the backward once the logits are gone, which this estimate does not model.
+#: What the estimate misses with ``--liger`` at large micro batches (source: evidence ``liger.fp32_micro24``,
+#: ``liger.fp32_micro26``, ``liger.fp32_micro28``; 3.4B LLaMA shape, ZeRO-2 + optimizer offload, fp32 states, one
+#: H200 capped at 24 GiB): micro batch 24 ran and 26 and 28 ran out of GPU memory where the estimate left room.
+#: The peak moves from the loss phase to the backward once the logits are gone, which this estimate does not model.
 #: Headroom (GiB) the estimate must leave below the card with ``--liger``: between the measured runs that fit
 #: (micro batch 24: 2.7 GiB left in the estimate) and those that ran out of memory (26: 2.1, 28: 1.5), 3.4B LLaMA
 #: shape on a 24 GiB cap (:data:`LIGER_MEASURED_GAP`). Fitted on these three runs; not a held-out check.
 LIGER_HEADROOM_GIB = 2.5
-LIGER_MEASURED_GAP = ("Measured with --liger the peak is above this estimate (3.4B, 24 GiB card, estimate totals "
-                      "with the CUDA context): micro batch 24, 21.3 GiB, ran (22.7 GiB reserved); 26, 21.9 GiB, and "
-                      f"28, 22.5 GiB, ran out of memory: with --liger keep the estimate ≥ {LIGER_HEADROOM_GIB:g} GiB "
-                      "below the card (docs/benchmarks.md §14-§15)")
+#: The evidence keys of the three ``--liger`` runs behind :data:`LIGER_HEADROOM_GIB` (:mod:`cookbook.evidence`).
+LIGER_HEADROOM_EVIDENCE = ("liger.fp32_micro24", "liger.fp32_micro26", "liger.fp32_micro28")
+
+
+def _liger_measured_gap() -> str:
+    from .evidence import get
+    ran, *oom = (get(k) for k in LIGER_HEADROOM_EVIDENCE)
+    x = lambda r: f"{r.extra['micro_batch']}, {r.extra['estimate_gpu_total_gib']:.1f} GiB"  # noqa: E731
+    return ("Measured with --liger the peak is above this estimate (3.4B, 24 GiB card, estimate totals with the CUDA "
+            f"context): micro batch {x(ran)}, ran ({ran.value:.1f} GiB reserved); {x(oom[0])}, and {x(oom[1])}, ran "
+            f"out of memory: with --liger keep the estimate ≥ {LIGER_HEADROOM_GIB:g} GiB below the card "
+            f"({ran.cite()}, {', '.join(f'`{r.key}`' for r in oom)})")
+
+
+LIGER_MEASURED_GAP = _liger_measured_gap()
 
 
 def liger_chunk_size(tokens: int, hidden_size: int, vocab_size: int) -> int:
@@ -997,8 +1007,8 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
         reasons.append("fp32 training: the '16-bit' parameter and gradient rows hold fp32 tensors (4 bytes each)")
     if bf16_states:
         reasons.append("bf16 states: master weights, gradients and Adam m, v in bf16 (half the host RAM; "
-                       "updates below ~0.4% of a weight rounded away: +148% loss measured from random initialisation over 150 "
-                       "steps, docs/benchmarks.md section 13)")
+                       f"updates below ~0.4% of a weight rounded away: +{BF16_STATES_LOSS_INCREASE_PCT:.0f}% loss "
+                       "measured from random initialisation over 150 steps, evidence bf16_states.loss_gap)")
     if plan.liger:
         reasons.append(f"Liger fused linear cross-entropy (--liger): the loss phase holds {act['logits'] / GIB:.2f} "
                        f"GiB instead of {12.0 * plan.micro_batch * plan.seq_len * spec.vocab_size / GIB:.2f} GiB of "
@@ -1275,17 +1285,31 @@ def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf
 # --------------------------------------------------------------------------------------------
 # a decision: the recommended variant for a machine, or the smallest change that would fit
 
-#: Cost of bf16 optimizer states, in words. Source: data/reference/h200_quality_2026-12-02.json (docs/benchmarks.md
-#: section 13): 3.4B LLaMA shape, 150 steps at lr 2e-5 on one H200, last-20 mean loss 4.82 with bf16 states vs 1.94
-#: with fp32 states (+148 %), curves apart from step 6; bf16's 8-bit mantissa resolves ~0.4 % (2**-8) of a weight,
-#: and an Adam update at lr 2e-5 is ~0.1 % of a 0.02-sized weight. Both runs started from random initialisation (loss
-#: 11.04 at step 1; the record's ``runs``), so the measured gap is that of 150 steps from random weights, not of a
-#: fine-tune from a pretrained checkpoint (the CPU rehearsal's tiny model at lr 3e-3, ``cpu_bf16_states_loss.json``,
-#: showed +4 % over 150 steps: the cost depends on the update-to-weight ratio).
+#: Cost of bf16 optimizer states, in words. Source: evidence ``bf16_states.loss_gap`` (docs/benchmarks.md
+#: section 13): 3.4B LLaMA shape, 150 steps at lr 2e-5, last-20 mean loss with bf16 states vs fp32 states;
+#: bf16's 8-bit mantissa resolves ~0.4 % (2**-8) of a weight, and an Adam update at lr 2e-5 is ~0.1 % of a
+#: 0.02-sized weight. Both runs started from random initialisation, so the measured gap is that of 150 steps from
+#: random weights, not of a fine-tune from a pretrained checkpoint (the CPU rehearsal's tiny model at lr 3e-3,
+#: ``data/reference/cpu_bf16_states_loss.json``, showed +4 % over 150 steps: the cost depends on the
+#: update-to-weight ratio).
+BF16_STATES_EVIDENCE = "bf16_states.loss_gap"
+
+
+def _bf16_states_gap() -> tuple[float, float, str]:
+    """(bf16-states loss, fp32-states loss, its cite) of :data:`BF16_STATES_EVIDENCE`."""
+    from .evidence import get
+    r = get(BF16_STATES_EVIDENCE)
+    return r.value, float(r.baseline["value"]), r.cite()
+
+
+_B16_LOSS, _F32_LOSS, _B16_CITE = _bf16_states_gap()
+#: The measured loss increase of bf16 states, in percent (:data:`BF16_STATES_EVIDENCE`).
+BF16_STATES_LOSS_INCREASE_PCT = 100 * (_B16_LOSS / _F32_LOSS - 1)
 BF16_STATES_COST = ("bf16 master weights and Adam states: updates smaller than ~0.4% of a weight are rounded away "
-                    "(measured once, on a 3.4B LLaMA shape from random initialisation, 150 steps at lr 2e-5: loss 4.82 "
-                    "vs 1.94 with fp32 states, mean of steps 131-150, +148%; a fine-tune of pretrained weights was not "
-                    "measured)")
+                    f"(measured once, on a 3.4B LLaMA shape from random initialisation, 150 steps at lr 2e-5: loss "
+                    f"{_B16_LOSS:.2f} vs {_F32_LOSS:.2f} with fp32 states, mean of steps 131-150, "
+                    f"+{BF16_STATES_LOSS_INCREASE_PCT:.0f}%; a fine-tune of pretrained weights was not measured; "
+                    f"{_B16_CITE})")
 
 
 #: What ``train``, ``launch`` and ``config`` print when ``--bf16-states`` is given (:data:`BF16_STATES_COST`).
@@ -1673,17 +1697,32 @@ def decide(plan: Plan, *, bf16_states: bool | None = None, device: str = "cuda",
 
 #: Measured gain of fewer, larger micro batches at the same global batch (16 sequences of 1024 tokens per
 #: optimizer step), LLaMA-7B on one H200 capped at 24 GiB, ZeRO-3 with optimizer and parameters on the CPU, bf16
-#: states (``docs/benchmarks.md`` §14, ``data/reference/h200_levers_2026-12-02c.json``): tokens/s at
-#: micro batch × accumulation 2 × 8, 8 × 2 and 16 × 1.
-LARGER_MICRO_MEASURED = {"model": "llama-7b", "variant": "ZeRO-3 + opt→cpu + param→cpu (bf16 states)",
-                         "tokens_per_s": {"2x8": 1381.0, "8x2": 3724.0, "16x1": 4332.0},
-                         "source": "docs/benchmarks.md §14"}
+#: states: tokens/s at micro batch × accumulation 2 × 8, 8 × 2 and 16 × 1 (source: evidence
+#: ``larger_micro.full_offload_16x1``, ``larger_micro.full_offload_8x2``; the narrative in docs/benchmarks.md §14).
+def _larger_micro_measured() -> dict:
+    from .evidence import get
+    r16, r8 = get("larger_micro.full_offload_16x1"), get("larger_micro.full_offload_8x2")
+    return {"model": "llama-7b", "variant": "ZeRO-3 + opt→cpu + param→cpu (bf16 states)",
+            "tokens_per_s": {"2x8": round(float(r16.baseline["value"])), "8x2": round(r8.value),
+                             "16x1": round(r16.value)},
+            "source": r16.cite()}
+
+
+LARGER_MICRO_MEASURED = _larger_micro_measured()
+
+
 #: The same for ZeRO-3 + optimizer offload with the parameters on the GPU (LLaMA-7B, same machine, 2 × 8 against
-#: 8 × 2 in one device call each; ``docs/benchmarks.md`` §15, ``data/reference/h200_levers_2026-12-02d.json`` and
-#: ``data/reference/raw/h200_runfile_session6_call3/``): bf16 states 1,520 → 2,572 tokens/s; fp32 states (host
-#: 123 of 126 GiB, the CPU side sets the pace) 729 → 776.
-LARGER_MICRO_MEASURED_OPT = {"bf16": {"2x8": 1520.0, "8x2": 2572.0}, "fp32": {"2x8": 729.0, "8x2": 776.0},
-                             "source": "docs/benchmarks.md §15"}
+#: 8 × 2 in one device call each). bf16 states: evidence ``larger_micro.z3opt_bf16_8x2``. fp32 states (host 123 of
+#: 126 GiB, the CPU side sets the pace) 729 → 776 tokens/s: no reference record holds these two runs yet (they are
+#: told in docs/benchmarks.md §15 only), so they stay here until one does.
+def _larger_micro_measured_opt() -> dict:
+    from .evidence import get
+    r = get("larger_micro.z3opt_bf16_8x2")
+    return {"bf16": {"2x8": round(float(r.baseline["value"])), "8x2": round(r.value)},
+            "fp32": {"2x8": 729.0, "8x2": 776.0}, "source": r.cite(), "fp32_source": "docs/benchmarks.md §15"}
+
+
+LARGER_MICRO_MEASURED_OPT = _larger_micro_measured_opt()
 
 
 def _same_global_batch(plan: Plan, *, above: int = 0, skip: int | None = None):
@@ -1741,7 +1780,7 @@ def larger_micro_line(e: MemoryEstimate, bigger: MemoryEstimate) -> str:
                f"trips per step become {q.grad_accum}; measured on LLaMA-7B with this variant and "
                f"{'bf16' if e.bf16_states else 'fp32'} states: 8 × 2 ran {m['8x2'] / m['2x8']:.2f}× the tokens/s of "
                f"2 × 8" + ("" if e.bf16_states else " (fp32 states filled the host: the CPU side set the pace)")
-               + f" ({LARGER_MICRO_MEASURED_OPT['source']})")
+               + f" ({LARGER_MICRO_MEASURED_OPT['source' if e.bf16_states else 'fp32_source']})")
     else:
         why = "fewer, larger micro batches keep the GPU busier (not measured at this variant)"
     return (f"faster at the same global batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} fits "
@@ -2185,8 +2224,9 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
                             f"{ga} (--offload-param none --micro-batch {mb} --grad-accum {ga}); slower when it fills "
                             f"the host ({'measured on LLaMA-7B, not this model: ' if base.model != 'llama-7b' else ''}"
                             f"LLaMA-7B on 125.8 GiB: {LARGER_MICRO_MEASURED_OPT['fp32']['8x2']:,.0f} tokens/s "
-                            "at 8 × 2 against 4,182 with bf16 states and full offload at 16 × 1, "
-                            f"{LARGER_MICRO_MEASURED_OPT['source']})")
+                            f"at 8 × 2 ({LARGER_MICRO_MEASURED_OPT['fp32_source']}) against "
+                            f"{_notebook06_full_offload().value:,.0f} with bf16 states and full offload at 16 × 1, "
+                            f"{_notebook06_full_offload().cite()})")
                 break
         return OffloadChoice(base, True, "bf16 states", f"LOSSY: no exact variant fits with room (fp32 states in host "
                              f"RAM{'' if nvme_here else ' or on the SSD'}); bf16 states do{edge}: {need}.", est,
@@ -2194,6 +2234,12 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
     return OffloadChoice(None, False, None, f"no full fine-tune fits this machine: {need}; NVMe offload not "
                          f"possible here: {why_not_nvme}.",
                          est, (more_ram, nvme_alt, lora), **extra)
+
+
+def _notebook06_full_offload():
+    """Notebook 06's own LLaMA-7B run (bf16 states, full offload, 16 × 1): evidence ``full_offload.notebook06_16x1``."""
+    from .evidence import get
+    return get("full_offload.notebook06_16x1")
 
 
 def rehearsal_memory_note(num_params: int | None = None) -> str:
@@ -2415,7 +2461,8 @@ def register(subparsers) -> None:
                         "picks for packed rows); the speed model's fraction follows it (docs/speed.md). Default: sdpa "
                         "on full rows, the model's reference")
     p.add_argument("--bf16-states", action="store_true",
-                   help="bf16 master weights, gradients and Adam states (halves host RAM; small updates rounded away, loss +148%% measured at lr 2e-5)")
+                   help="bf16 master weights, gradients and Adam states (halves host RAM; small updates rounded away, loss "
+                        f"+{BF16_STATES_LOSS_INCREASE_PCT:.0f}%% measured at lr 2e-5)")
     p.add_argument("--cpu-rehearsal", action="store_true",
                    help="estimate a CPU rehearsal run (every rank's memory is host RAM)")
     p.add_argument("--sweep", action="store_true",

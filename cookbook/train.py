@@ -1460,10 +1460,9 @@ def shape_that_ran(rows: list, args, world: int) -> dict:
 def masked_attention(facts: dict) -> bool:
     """Whether the run's attention went through a mask that the kernel materialises per head: packed rows on
     transformers' sdpa/eager path (a block-diagonal 4D mask built from ``position_ids``), as opposed to
-    flash-attention's varlen path (``flatten``). Measured on one H200 (``data/reference/h200_calib_2026-12-01.json``):
-    with the mask, PyTorch's SDPA leaves its flash kernel, allocates ``b·a·s²`` bytes per layer (a 2.00 GiB
-    allocation at b=4, a=32, s=4096 ended the run out of memory) and ran the 3.4B recipe at 5,299 tokens/s
-    instead of 8,047 on unpacked full rows."""
+    flash-attention's varlen path (``flatten``). With the mask, PyTorch's SDPA leaves its flash kernel, allocates
+    ``b·a·s²`` bytes per layer (a 2.00 GiB allocation at b=4, a=32, s=4096 ended a run out of memory on one H200:
+    ``data/reference/h200_calib_2026-12-01.json``) and runs slower (source: evidence ``sdpa.packed_mask``)."""
     att = facts.get("attention") or {}
     return bool(facts.get("packing")) and att.get("dense_mask", not att.get("flatten"))
 
