@@ -216,7 +216,7 @@ def test_larger_micro_batch_keeps_the_global_batch_and_is_the_largest_that_fits(
     assert fits[16] and bigger.plan.micro_batch == 16 and bigger.plan.grad_accum == 1
     assert bigger.bf16_states and bigger.plan.label == full.plan.label
     line = larger_micro_line(full, bigger)
-    assert "--micro-batch 16 --grad-accum 1" in line and f"{4332 / 1381:.2f}×" in line and "§14" in line
+    assert "--micro-batch 16 --grad-accum 1" in line and f"{4332 / 1381:.2f}×" in line and "larger_micro.full_offload_16x1" in line
     # parameters on the GPU (the run file's variant): 16 × 1 does not fit 24 GiB, 8 × 2 does
     opt = estimate(Plan(**dict(LLAMA, offload_param="none"), host_memory_gib=125.8), bf16_states=True)
     assert not estimate(Plan(**dict(LLAMA, offload_param="none", micro_batch=16, grad_accum=1), host_memory_gib=125.8),
