@@ -230,7 +230,7 @@ def test_larger_micro_batch_keeps_the_global_batch_and_is_the_largest_that_fits(
     assert got.fits and got.gpu_reserved_gib * (1 + fam) + got.gpu_gib["cuda_context"] > 24
     assert larger_micro_batch(opt) is None
     line = larger_micro_line(opt, got)
-    assert "8 trips per step become 2" in line and f"{2572 / 1520:.2f}×" in line and "§15" in line
+    assert "8 trips per step become 2" in line and f"{2572 / 1520:.2f}×" in line and "larger_micro.z3opt_bf16_8x2" in line
     # no larger micro batch: accumulation 1, or nothing above fits
     assert larger_micro_batch(bigger) is None
     assert larger_micro_batch(estimate(Plan(**dict(LLAMA, offload_param="none", micro_batch=8, grad_accum=2),
