@@ -114,6 +114,13 @@ class Verdict:
         return (f"{p.label} for {p.model} on {p.num_gpus} × {p.gpu_memory_gib:g} GiB with {p.host_memory_gib:g} GiB "
                 f"host RAM: {word} — " + "; ".join(e.reasons[:2]))
 
+    @property
+    def plan_line(self) -> str:
+        """The plan for the machine: ``Plan for MODEL on N × G GiB with H GiB RAM:`` and the estimate's verdict."""
+        p = self.estimate.plan
+        return (f"Plan for {p.model} on {p.num_gpus} × {p.gpu_memory_gib:g} GiB with {p.host_memory_gib:g} GiB RAM: "
+                f"{self.estimate.verdict}")
+
     def to_record(self) -> dict:
         """``verdict`` (the sentence), ``target_estimate`` (the estimate's dict), ``fits_target``,
         ``fits_target_gpu`` and ``fits_target_host``."""
