@@ -1,6 +1,8 @@
-"""The results notebook 06 displays carry their own words, tables and records (issue 30 item 4): the NVMe road,
-the offload choice with its batch shape, the NVMe run option, the story's setup. Expected values are computed
-here from the architecture (LLaMA-7B: 6,738,415,616 parameters) and the datasheet disk, not copied from output."""
+"""The results notebooks 02-06 display carry their own words, tables and records (issue 30 item 4): the NVMe road,
+the offload choice with its batch shape, the NVMe run option, the story's setup (06); the target's schedule and
+verdict, the one-GPU stand-in, the host RAM of offload, the run (02-05). Expected values are computed here from the
+architecture (LLaMA-7B: 6,738,415,616 parameters, Qwen-14B: 14,167,290,880) and the datasheet disk, not copied from
+output."""
 from __future__ import annotations
 
 import pytest
