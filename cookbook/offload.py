@@ -162,4 +162,44 @@ def nvme_option(chosen_plan, chosen_config, nvme_plan, nvme_config, *, try_nvme:
                       "swap files fit the disk and async_io is usable): set TRY_NVME to True")
 
 
-__all__ = ["NvmeOption", "OffloadRun", "choose", "nvme_option"]
+@dataclass(frozen=True)
+class HostRam:
+    """What CPU offload asks of one machine's host RAM: the offload variants estimated for the target, with fp32
+    states (:attr:`offloads`: optimizer-only, optimizer + parameters, NVMe) and with bf16 states
+    (:attr:`offloads_bf16`: the two CPU ones)."""
+
+    offloads: Any
+    offloads_bf16: Any
+
+    @property
+    def table(self):
+        """The offload variants' GPU and host RAM (a :class:`cookbook.memory.SweepResult`, shown as its table)."""
+        return self.offloads
+
+    def figure(self):
+        from .figures import plot_host_ram
+        return plot_host_ram(self.offloads)
+
+    def __str__(self) -> str:
+        opt, full = self.offloads[0], self.offloads[1]
+        return (f"Host RAM for {full.plan.label} on one {full.plan.num_gpus}-GPU machine: {full.host_gib['total']:.0f} "
+                f"GiB at peak (the cookbook's estimate; DeepSpeed's estimator: {full.host_model_states_gib:.0f} GiB of "
+                f"model states incl. its 1.5× buffer factor; article 000 says ≥ 520 GB); optimizer-only offload: "
+                f"{opt.host_gib['total']:.0f} GiB at {opt.gpu_gib['total']:.1f} GiB per GPU.")
+
+    def to_record(self) -> dict:
+        """``host_need_gib`` and ``host_need_bf16_states_gib``: variant label -> host GiB at peak."""
+        return {"host_need_gib": {e.plan.label: e.host_gib["total"] for e in self.offloads},
+                "host_need_bf16_states_gib": {e.plan.label: e.host_gib["total"] for e in self.offloads_bf16}}
+
+
+def host_ram(target) -> HostRam:
+    """The :class:`HostRam` of ``target`` (a :class:`cookbook.plan.Plan`; :func:`cookbook.memory.sweep` over ZeRO-3
+    with the optimizer offloaded, with the parameters too, and both to NVMe)."""
+    from .memory import sweep
+    offloads = sweep(target, [(3, "cpu", "none"), (3, "cpu", "cpu"), (3, "nvme", "nvme")])
+    offloads_bf16 = sweep(target, [(3, "cpu", "none"), (3, "cpu", "cpu")], bf16_states=True)
+    return HostRam(offloads, offloads_bf16)
+
+
+__all__ = ["HostRam", "NvmeOption", "OffloadRun", "choose", "host_ram", "nvme_option"]

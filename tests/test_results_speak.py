@@ -1,6 +1,8 @@
-"""The results notebook 06 displays carry their own words, tables and records (issue 30 item 4): the NVMe road,
-the offload choice with its batch shape, the NVMe run option, the story's setup. Expected values are computed
-here from the architecture (LLaMA-7B: 6,738,415,616 parameters) and the datasheet disk, not copied from output."""
+"""The results notebooks 02-06 display carry their own words, tables and records (issue 30 item 4): the NVMe road,
+the offload choice with its batch shape, the NVMe run option, the story's setup (06); the target's schedule and
+verdict, the one-GPU stand-in, the host RAM of offload, the run (02-05). Expected values are computed here from the
+architecture (LLaMA-7B: 6,738,415,616 parameters, Qwen-14B: 14,167,290,880) and the datasheet disk, not copied from
+output."""
 from __future__ import annotations
 
 import pytest
@@ -97,3 +99,103 @@ def test_the_setup_names_the_target_and_this_machines_run():
     target_line, run_line = str(s).splitlines()
     assert target_line.startswith("target: llama-7b on 1 × 24 GiB, 64 GiB host RAM, micro batch 2 × 1024 tokens × 8")
     assert run_line.startswith("run:    tiny-llama on 1 rank(s) (CPU rehearsal), micro batch 4 × 128 tokens × 1")
+
+
+# ----------------------------------------------------------------------------------------------
+# notebooks 02-05: the schedule, the verdict, the stand-in, the host RAM, the run (issue 30 item 4)
+
+N_QWEN14B = 14_167_290_880
+N_SHARE8 = 1_770_747_904  # qwen2-14b-share8: 1/8 of Qwen-14B
+QWEN = dict(model="qwen-14b", num_gpus=8, gpu_memory_gib=24.0, host_memory_gib=512.0, seq_len=512, micro_batch=1,
+            grad_accum=16, precision="bf16")
+Z2 = dict(zero_stage=2, offload_optimizer="none", offload_param="none")
+REHEARSAL_RUN = dict(model="tiny-qwen2", num_gpus=2, gpu_memory_gib=24.0, seq_len=128, micro_batch=4, grad_accum=1,
+                     precision="bf16")
+
+
+def test_the_schedule_is_the_target_config_numbers():
+    sched = story.schedule(Plan(**QWEN, **Z2), lr=1e-5, epochs=3.0)
+    # 3 epochs of the 977 packed rows at 1 × 16 × 8 rows a step (tests/test_notebooks.py: TARGET_STEPS)
+    assert sched.hyperparameters == {"lr": 1e-5, "lr_scheduler": "cosine", "warmup_steps": 1, "total_steps": 24}
+    assert sched.rows["rows"] == 977
+    assert str(sched).startswith("target schedule: lr 1e-05, cosine, warm-up 1, 24 steps: 3 epochs at 128 rows")
+
+
+def test_the_verdict_says_fits_or_not_and_records_the_estimate():
+    from cookbook import memory
+    e = memory.estimate(Plan(**QWEN, **Z2))
+    v = story.verdict(e)
+    assert str(v).startswith("ZeRO-2 for qwen-14b on 8 × 24 GiB with 512 GiB host RAM: DOES NOT FIT — GPU: ")
+    rec = v.to_record()
+    assert rec["verdict"] == str(v) and rec["fits_target"] is False and rec["fits_target_gpu"] is False
+    assert rec["target_estimate"]["plan"]["zero_stage"] == 2
+    assert v.plan_line.startswith("Plan for qwen-14b on 8 × 24 GiB with 512 GiB RAM: ")
+
+
+@pytest.mark.parametrize("run, model, whose", [
+    (REHEARSAL_RUN, "qwen2-14b-share8", "CPU rehearsal's"),
+    (dict(REHEARSAL_RUN, model="qwen2-14b-share8", num_gpus=1, seq_len=512, micro_batch=1, grad_accum=16),
+     "qwen2-14b-share8", "this run's model")])
+def test_the_stand_in_equals_the_share_under_zero3_only(run, model, whose):
+    from cookbook import memory, stand_in
+    target = Plan(**QWEN, **Z2)
+    s = stand_in.choose(target, Plan(**run, **Z2), memory.estimate(target))
+    rec = s.to_record()
+    assert rec["model"] == model and rec["ranks"] == 1 and whose in s.sentence
+    assert rec["zero3_target_gib"] == pytest.approx(18 * N_QWEN14B / 8 / GIB, rel=1e-4)
+    assert rec["zero3_share_gib"] == pytest.approx(18 * N_SHARE8 / GIB, rel=1e-4)
+    assert rec["zero2_target_gib"] == pytest.approx((2 + 18 / 8) * N_QWEN14B / GIB, rel=1e-4)
+    assert rec["zero2_share_gib"] == pytest.approx(20 * N_SHARE8 / GIB, rel=1e-4)
+    assert f"{rec['zero2_target_gpu_gib']:.1f} GiB" in rec["sentence"] and "ZeRO-3 model states only" in str(s)
+    assert len(s.lines()) == 4
+
+
+def test_no_stand_in_when_the_run_is_the_target():
+    from cookbook import memory, stand_in
+    target = Plan(**QWEN, **Z2)
+    s = stand_in.choose(target, target, memory.estimate(target))
+    assert s.to_record() == {"model": None, "sentence": "this run is the target itself (qwen-14b on 8 ranks): no stand-in"}
+
+
+def test_host_ram_of_cpu_offload_is_below_the_articles_520_gb():
+    h = offload.host_ram(Plan(**QWEN, zero_stage=3, offload_optimizer="cpu", offload_param="cpu"))
+    need = h.to_record()["host_need_gib"]
+    assert 300 < need["ZeRO-3 + opt→cpu + param→cpu"] < 520 / 1.073741824
+    assert need["ZeRO-3 + opt→cpu"] < need["ZeRO-3 + opt→cpu + param→cpu"]
+    assert set(h.to_record()["host_need_bf16_states_gib"]) == {"ZeRO-3 + opt→cpu", "ZeRO-3 + opt→cpu + param→cpu"}
+    assert f"{need['ZeRO-3 + opt→cpu + param→cpu']:.0f} GiB at peak" in str(h)
+
+
+def test_the_run_takes_the_targets_variant_and_first_fit_says_what_to_change():
+    target = Plan(**QWEN, zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path="/local_nvme")
+    run = story.with_variant(Plan(**REHEARSAL_RUN), target, nvme_path="/tmp/here")
+    assert (run.zero_stage, run.offload_optimizer, run.offload_param, run.nvme_path) == (3, "nvme", "nvme", "/tmp/here")
+    assert story.with_variant(Plan(**REHEARSAL_RUN), Plan(**QWEN, **Z2), nvme_path="/tmp/here").nvme_path is None
+    chosen, _ = story.first_fit(Plan(**QWEN))
+    assert chosen.plan.label == "ZeRO-3 + opt→cpu"
+    with pytest.raises(ValueError, match="no ZeRO variant fits .* set BF16_STATES = True"):
+        story.first_fit(Plan(**dict(QWEN, host_memory_gib=64.0)))
+
+
+def _story_run(status, message, *, rehearsal, summary=None):
+    from cookbook.launch import RunResult
+    target, run = Plan(**QWEN, **Z2), Plan(**REHEARSAL_RUN, **Z2)
+    setup = story.setup(target, run, max_steps=25, rehearsal=rehearsal)
+    result = RunResult(status=status, message=message, run_dir="/nowhere", command="accelerate launch ...",
+                       summary=summary, world_size=2)
+    return story.StoryRun(setup, result, config={}, label=target.label)
+
+
+def test_a_run_says_what_happened_and_what_it_adds_to_the_verdict():
+    part = {"kind": "zero1/2", "full_numel": 10, "per_rank_numel": [5, 5]}
+    ok = _story_run("ok", "25 steps on 2 ranks", rehearsal=True, summary={"zero_partition": part, "device": "cpu",
+                                                                              "world_size": 2})
+    assert str(ok) == "ZeRO-2 run (CPU rehearsal (2 ranks)): ok — 25 steps on 2 ranks"
+    assert ok.to_record() == {"run_status": "ok", "zero_partition": part} and ok.runs == {"ZeRO-2": ok.result}
+    assert "ran the same code path as a GPU run" in ok.basis() and "ended ok" in ok.basis()
+    gpu_ok = _story_run("ok", "25 steps", rehearsal=False)
+    assert "measured its memory and throughput beside the estimate" in gpu_ok.basis()
+    failed = _story_run("failed", "rank0: boom", rehearsal=False)
+    assert "ended failed: rank0: boom; the target's numbers are the estimate's." in failed.basis()
+    assert failed.to_record()["zero_partition"] is None and failed.saved_model() is None
+    assert failed.recipe(None).endswith("GPU run (tiny-qwen2, 2 rank(s)) failed, no loss recorded, 16-bit model not saved")
