@@ -94,7 +94,10 @@ def test_path_from_deepspeeds_log_lines():
 
 def _cpu_run(tmp_path, *flags):
     out = tmp_path / "run.json"
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_PORT": str(29600 + os.getpid() % 300)}
+    from cookbook.hardware import extensions_dir
+    # the JIT-built DeepSpeedCPUAdam the training tests build (cookbook.launch sets this folder for every run)
+    env = {"TORCH_EXTENSIONS_DIR": str(extensions_dir()), **os.environ, "DS_ACCELERATOR": "cpu",
+           "MASTER_PORT": str(29600 + os.getpid() % 300)}
     r = subprocess.run([sys.executable, "-m", "benchmarks.zero2_init_probe", "--model", "tiny-llama", "--mode", "none",
                         "--out", str(out), *flags], capture_output=True, text=True, timeout=240, env=env)
     return r, json.loads(out.read_text())
