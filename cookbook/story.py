@@ -6,7 +6,7 @@
 * :func:`run_and_show` — the launch of this machine's run and what the notebook shows of it (the estimate beside
   the measurement, the partition, the throughput, the figures, the GPU measurements beside it).
 * :func:`verdict` — the target's estimate in one sentence, with the fields a record keeps.
-* :func:`with_variant` and :func:`first_fit` — this machine's run under the variant chosen for the target.
+* :func:`with_variant` and :func:`recommended` — the policy's variant for the target, and this machine's run under it.
 """
 from __future__ import annotations
 
@@ -141,20 +141,22 @@ def with_variant(run, target, *, nvme_path: str | None = None):
                        offload_param=target.offload_param, nvme_path=nvme_path if target.nvme_path else None)
 
 
-def first_fit(machine, *, bf16_states: bool = False):
-    """:func:`cookbook.memory.choose_variant`: ``(chosen, ladder)``, the first variant that fits the GPUs and the
-    host RAM of ``machine`` and the ladder of all of them.
+def recommended(machine, *, bf16_states: bool = False):
+    """The variant the cookbook's policy recommends for ``machine`` (:func:`cookbook.memory.decide`: the ZeRO ladder
+    in order, the first with room for the estimator's measured error, before any at the edge) with the states
+    asked for, and the ladder of all variants with those states (:func:`cookbook.memory.sweep`, for the table and
+    the figure): ``(chosen, ladder)``.
 
     Raises:
-        ValueError: no variant fits, with what to change.
+        ValueError: no variant fits, with the decision's smallest changes that would.
     """
-    from .memory import choose_variant
-    chosen, ladder = choose_variant(machine, bf16_states=bf16_states)
-    if chosen is None:
+    from .memory import decide, sweep
+    d = decide(machine, bf16_states=bool(bf16_states))
+    if d.recommended is None:
         raise ValueError(f"no ZeRO variant fits {machine.model} on {machine.num_gpus} × {machine.gpu_memory_gib:g} "
-                         f"GiB with {machine.host_memory_gib:g} GiB host RAM: see ladder.to_frame(); add host RAM or "
-                         "GPUs, or set BF16_STATES = True")
-    return chosen, ladder
+                         f"GiB with {machine.host_memory_gib:g} GiB host RAM with these states: add host RAM or GPUs, or set "
+                         f"BF16_STATES = True (lossy); the decision:\n{d}")
+    return d.recommended, sweep(machine, bf16_states=bool(bf16_states))
 
 
 @dataclass
@@ -340,5 +342,5 @@ def run_and_show(setup: Setup, run_dir, *, config: dict, lr: float, emulate_gpu_
     return StoryRun(setup, result, config, label or setup.target.label, bf16_states)
 
 
-__all__ = ["HANG_TIMEOUT_S", "Schedule", "Setup", "StoryRun", "Verdict", "first_fit", "run_and_show", "schedule",
+__all__ = ["HANG_TIMEOUT_S", "Schedule", "Setup", "StoryRun", "Verdict", "recommended", "run_and_show", "schedule",
            "setup", "verdict", "with_variant"]

@@ -166,15 +166,18 @@ def test_host_ram_of_cpu_offload_is_below_the_articles_520_gb():
     assert f"{need['ZeRO-3 + opt→cpu + param→cpu']:.0f} GiB at peak" in str(h)
 
 
-def test_the_run_takes_the_targets_variant_and_first_fit_says_what_to_change():
+def test_the_run_takes_the_targets_variant_and_the_policys_pick_says_what_to_change():
     target = Plan(**QWEN, zero_stage=3, offload_optimizer="nvme", offload_param="nvme", nvme_path="/local_nvme")
     run = story.with_variant(Plan(**REHEARSAL_RUN), target, nvme_path="/tmp/here")
     assert (run.zero_stage, run.offload_optimizer, run.offload_param, run.nvme_path) == (3, "nvme", "nvme", "/tmp/here")
     assert story.with_variant(Plan(**REHEARSAL_RUN), Plan(**QWEN, **Z2), nvme_path="/tmp/here").nvme_path is None
-    chosen, _ = story.first_fit(Plan(**QWEN))
-    assert chosen.plan.label == "ZeRO-3 + opt→cpu"
+    from cookbook import memory
+    chosen, ladder = story.recommended(Plan(**QWEN))
+    d = memory.decide(Plan(**QWEN), bf16_states=False)
+    assert chosen.plan.label == d.recommended.plan.label == "ZeRO-3 + opt→cpu" and chosen.status == memory.FITS
+    assert len(ladder.estimates) == len(memory.VARIANTS) and not any(e.bf16_states for e in ladder)
     with pytest.raises(ValueError, match="no ZeRO variant fits .* set BF16_STATES = True"):
-        story.first_fit(Plan(**dict(QWEN, host_memory_gib=64.0)))
+        story.recommended(Plan(**dict(QWEN, host_memory_gib=64.0)))
 
 
 def _story_run(status, message, *, rehearsal, summary=None):
