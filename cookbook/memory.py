@@ -189,7 +189,7 @@ GPU_COMPONENTS = {
     "grad_staging": "16-bit gradients kept between micro-steps (offload)",
     "comm_buckets": "communication buckets",
     "prefetch_buffers": "prefetch / live parameters (ZeRO-3)",
-    "init_excess": "initialisation peak beyond training (flat 16-bit copy)",
+    "init_excess": "initialisation peak beyond training (flat copy + clone)",
     "allocator_overhead": "allocator cache (stale blocks + fragmentation)",
     "cuda_context": "CUDA context",
 }
@@ -959,7 +959,10 @@ def estimate(plan: Plan, *, bf16_states: bool = False, spec=None, device: str = 
             elif fixed > plan.gpu_memory_gib:
                 what = (("the flat copy DeepSpeed makes of the 16-bit parameters at initialisation (on the device: "
                          "gpu_device_gib says its free memory allows it)" if flat_on_gpu else
-                         "the 16-bit parameters (flattened on the CPU, then moved to the GPU)")
+                         "the 16-bit parameters at initialisation (DeepSpeed flattens them on the CPU, moves the flat "
+                         "buffer to the GPU, then clones this rank's partition there: "
+                         f"{(1 + 1 / max(1, plan.num_gpus if stage else 1)):g} × the parameters; "
+                         "more GPUs make the clone smaller)")
                         if init_gib + CUDA_CONTEXT_GIB > plan.gpu_memory_gib else
                         "model states, buckets, gradient staging and allocator cache")
                 reasons.append(f"GPU: {what} need {fixed:.1f} GiB per GPU > {plan.gpu_memory_gib:g} GiB before any "
