@@ -1264,6 +1264,12 @@ def estimate_host_rss_cpu_run(plan: Plan, *, bf16_states: bool = False) -> float
     return estimate(plan, bf16_states=bf16_states, device="cpu").host_gib["total"]
 
 
+#: The columns of ``cookbook estimate --sweep``'s table that need a word (printed under it).
+SWEEP_LEGEND = ("GiB per GPU and per machine (host); host states ×1.5: DeepSpeed's own estimator's host model states "
+                "with its 1.5× buffer factor (estimate_zero3_model_states_mem_needs_all_cold), for comparison; status "
+                "adds the estimator's measured error (README \"How the cookbook decides\").")
+
+
 def sweep(plan: Plan, variants: Iterable[tuple[int, str, str]] = VARIANTS, *, bf16_states: bool = False,
           spec=None, device: str = "cuda") -> SweepResult:
     """Estimate ``plan`` under each ZeRO variant ``(zero_stage, offload_optimizer, offload_param)``.
@@ -2404,11 +2410,15 @@ def _run_cli(args) -> int:
                 print(json.dumps({"variants": variants, "decision": dec}, indent=1))
             else:
                 frame = result.to_frame()
-                if speed:
+                if speed:  # a speed only where the variant can run (fits or at the edge)
+                    runs = [e.status != NO_FIT for e in result]
                     frame.insert(frame.columns.get_loc("fits GPU"), "tokens/s (predicted)",
-                                 [round(p["tokens_per_s"]) for p in preds])
-                    frame.insert(frame.columns.get_loc("fits GPU"), "s/step", [round(p["step_s"], 2) for p in preds])
+                                 [round(p["tokens_per_s"]) if ok else "—" for p, ok in zip(preds, runs)])
+                    frame.insert(frame.columns.get_loc("fits GPU"), "s/step",
+                                 [round(p["step_s"], 2) if ok else "—" for p, ok in zip(preds, runs)])
                 print(frame.to_string(index=False))
+                print(SWEEP_LEGEND + (" tokens/s and s/step: the speed model's prediction (below), shown only for "
+                                      "variants that fit or are at the edge." if speed else ""))
                 print()
                 print(str(decision))
                 if speed and decision.recommended is not None:
@@ -2419,6 +2429,7 @@ def _run_cli(args) -> int:
                         rec = predict(decision.recommended, machine, steps=args.max_steps, epochs=args.num_epochs,
                                       dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
                         print("  recommended: " + str(rec))
+                        print("    assumes: " + "; ".join(rec.conditions))
                         if decision.larger_micro is not None:
                             print("  " + larger_micro_speed_line(decision.larger_micro, rec, machine, args))
                     others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
