@@ -1502,6 +1502,10 @@ class Decision:
                            f"options: {variant_flags(x)}; cost: {variant_cost(x)}")
             if self.larger_micro is not None:
                 out.append("    " + larger_micro_line(e, self.larger_micro))
+            elif e.plan.micro_batch * e.plan.grad_accum == 1:
+                out.append("    batch: 1 sequence per GPU and step (--micro-batch 1 --grad-accum 1, the defaults): give "
+                           "your run's --micro-batch and --grad-accum — at the same global batch the largest micro batch "
+                           "that fits is the fast shape, and the estimate names it")
             for other in [f for f in self.fitting if f is not e][:3]:
                 out.append(f"  also fits: {other.verdict} — {variant_cost(other)}")
         else:

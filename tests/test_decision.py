@@ -319,3 +319,16 @@ def test_sweep_prices_the_larger_micro_batch(capsys):
     ratio = big["predicted"]["tokens_per_s"] / rec["predicted"]["tokens_per_s"]
     assert (f"--micro-batch {big['micro_batch']} --grad-accum {big['grad_accum']}" in line
             and f"{big['predicted']['tokens_per_s']:,.0f} tokens/s" in line and f"{ratio:.2f}× the recommended" in line)
+
+
+def test_a_global_batch_of_one_asks_for_the_runs_batch():
+    """estimate with the default batch (1 × 1): no larger micro batch exists at that global batch, so the decision
+    asks for the run's --micro-batch and --grad-accum instead of staying silent (from the new-user check)."""
+    from cookbook import memory
+    d = memory.decide(Plan(model="qwen2.5-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=128, seq_len=1024,
+                           micro_batch=1, grad_accum=1, precision="bf16"))
+    assert d.recommended is not None and d.larger_micro is None
+    assert "give your run's --micro-batch and --grad-accum" in str(d)
+    d2 = memory.decide(Plan(model="qwen2.5-7b", num_gpus=1, gpu_memory_gib=24, host_memory_gib=128, seq_len=1024,
+                            micro_batch=2, grad_accum=8, precision="bf16"))
+    assert "give your run's --micro-batch" not in str(d2)
