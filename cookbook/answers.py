@@ -312,8 +312,16 @@ def answers_frame(results: Mapping[str, Mapping | None]):
         results: notebook name -> its ``results.json`` (None when it ran but wrote none); a notebook
             absent from the mapping was not run.
     """
-    import math
     import pandas as pd
+    return pd.DataFrame([row for row, _ in _answer_rows(results)])
+
+
+def _answer_rows(results: Mapping[str, Mapping | None]) -> list[tuple[dict, dict]]:
+    """:func:`answers_frame`'s rows, each with the pieces :func:`answers_table` makes its short cells of:
+    ``recipe`` (the recipe alone), ``recipe_why`` (its reason and alternatives), ``rehearsal``, ``run`` (the
+    central run's record), ``label``, ``states``, ``shape`` (the run's batch shape as text) and ``notes`` (the
+    note's sentences, one a note)."""
+    import math
     from .reference import reference_projection
     rows = []
     for target, name in TARGETS:
@@ -321,9 +329,11 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             ran = name in results
             why = (f"no results recorded: {name} stopped before its last cell (see its executed notebook)" if ran
                    else f"not run here: notebooks/{name}.ipynb produces it (cookbook run-all --only {name[:2]})")
-            rows.append({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
-                         "measured here": "no results recorded" if ran else "not run here",
-                         "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name})
+            rows.append(({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
+                          "measured here": "no results recorded" if ran else "not run here",
+                          "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name},
+                         {"recipe": "—", "recipe_why": [], "rehearsal": False, "run": {}, "label": None,
+                          "states": "", "shape": "", "notes": [why], "ran": ran}))
             continue
         res = results[name]
         run = _central(res)
@@ -332,16 +342,19 @@ def answers_frame(results: Mapping[str, Mapping | None]):
         if name.startswith("05"):
             te = res.get("target_estimate") or {}
             recipe, fits_gpu, fits_host = te.get("verdict"), te.get("fits_gpu"), te.get("fits_host")
+            short, why_recipe = recipe, []
             host = host_ram_note(te)
             if host:
                 host_cell, sentence = host
                 extra.append(sentence)
         else:
             d = res.get("desktop_choice") or {}
-            recipe = (f"{d.get('label')} with {d.get('kind')} ({str(d.get('reason')).rstrip('.')})" if d.get("kind")
-                      else res.get("verdict"))
+            short = f"{d.get('label')} with {d.get('kind')}" if d.get("kind") else res.get("verdict")
+            why_recipe = [str(d.get("reason")).rstrip(".")] if d.get("kind") else []
+            recipe = f"{short} ({why_recipe[0]})" if why_recipe else short
             if d.get("alternatives"):
                 recipe += "; alternatives: " + "; ".join(d["alternatives"])
+                why_recipe.append("alternatives: " + "; ".join(d["alternatives"]))
             fits_gpu, fits_host = (True, True) if d.get("kind") else (None, d.get("fits"))
             if d.get("kind") == "NVMe offload":
                 extra.append(nvme_measured_note(res))
@@ -374,20 +387,20 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             model = TARGET_MODELS[name]
             n_target = model_spec(model).num_params
             ref = reference_projection(name, n_target)
-            note = ("CPU rehearsal: tiny model, not a 4090 number" if rehearsal else "no projection for this run")
+            said = ["CPU rehearsal: tiny model, not a 4090 number" if rehearsal else "no projection for this run"]
             if ref and ref.get("num_params") and abs(math.log(ref["num_params"] / n_target)) <= SAME_MODEL_LOG_GAP:
                 proj = ref["tokens_per_s"]
-                note += (f"; projection from the H200 reference run {ref['name']} ({ref['label']}, "
-                         f"{(ref['num_params'] or 0) / 1e9:.1f} B parameters)")
+                said.append(f"projection from the H200 reference run {ref['name']} ({ref['label']}, "
+                            f"{(ref['num_params'] or 0) / 1e9:.1f} B parameters)")
             elif ref:
-                note += (f"; no GPU reference run of {model}'s size ({n_target / 1e9:.1f} B parameters): the "
-                         f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
-                         f"run {name} on GPUs for a projection")
+                said.append(f"no GPU reference run of {model}'s size ({n_target / 1e9:.1f} B parameters): the "
+                            f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
+                            f"run {name} on GPUs for a projection")
         else:
-            note = ("GPU run; projection: the speed model (cookbook.speed) for this run's variant on RTX 4090s, "
-                    "16 CPU cores, ZeRO-3 collectives through host memory (docs/speed.md)")
+            said = ["GPU run; projection: the speed model (cookbook.speed) for this run's variant on RTX 4090s, "
+                    "16 CPU cores, ZeRO-3 collectives through host memory (docs/speed.md)"]
             if label and recipe_label and label != recipe_label:
-                note += f"; measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})"
+                said.append(f"measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})")
         from .models import model_spec
         n_target = model_spec(TARGET_MODELS[name]).num_params
         gpu_run = run if (not rehearsal and run.get("estimate_device") == "cuda" and run.get("num_params") == n_target) else None
@@ -404,14 +417,18 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             if proj is not None:
                 extra.append(f"the measured run's own variant ({label}) projects {proj:,.0f} tokens/s on a 4090")
             proj = recipe_proj
-            note = (f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU cores "
-                    "(cookbook.speed, docs/speed.md)" + ("; " + note if note else ""))
-        note = "; ".join([note, *extra])
-        rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
-                     "fits host": host_cell or _yes(fits_host), "measured here": measured,
-                     "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
-                     "notebook": name})
-    return pd.DataFrame(rows)
+            said.insert(0, f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU "
+                           "cores (cookbook.speed, docs/speed.md)")
+        notes = [n for n in [*said, *extra] if n]
+        note = "; ".join(notes)
+        rows.append(({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
+                      "fits host": host_cell or _yes(fits_host), "measured here": measured,
+                      "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
+                      "notebook": name},
+                     {"recipe": short or "—", "recipe_why": why_recipe, "rehearsal": rehearsal, "run": run,
+                      "label": label, "states": states, "shape": shape_text.lstrip(", "), "notes": notes,
+                      "ran": True}))
+    return rows
 
 
 def _recipe_projection(plan_fields: Mapping, *, bf16_states: bool) -> float | None:
