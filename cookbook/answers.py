@@ -3,7 +3,9 @@ the GPU and the host, and the throughput measured here with its RTX 4090 project
 
 * :data:`TARGETS` — the two targets and the notebook that answers each (05: 8 × RTX 4090 + Qwen-14B;
   06: 1 × RTX 4090 + LLaMA-7B).
-* :func:`answers_frame` — one row per target from the notebooks' ``results.json``.
+* :func:`answers_frame` — one row per target from the notebooks' ``results.json``; :func:`answers_table` the
+  same with short cells and the long notes apart, numbered (what the report shows), and no CPU rehearsal number.
+* :data:`RUN_THIS` — per target, the command to run (README's "What to run") and where its evidence is.
 * :func:`project_rtx4090` — a GPU run's tokens/s projected to RTX 4090s with the floor model of the GPU
   benchmark (``benchmarks/report.py``): the run's achieved fraction of its serial floor (compute + PCIe +
   CPU Adam) on the machine it ran on, applied to the RTX 4090's floor.
@@ -210,6 +212,12 @@ def _shape(record: Mapping) -> tuple | None:
 
 def batch_shape_note(name: str, n_target: int, *, run: Mapping | None = None, recipe: Mapping | None = None,
                      records=None, ceilings: Mapping | None = None) -> str:
+    """:func:`batch_shape_notes` joined with ``; `` ("" when there is nothing to say)."""
+    return "; ".join(batch_shape_notes(name, n_target, run=run, recipe=recipe, records=records, ceilings=ceilings))
+
+
+def batch_shape_notes(name: str, n_target: int, *, run: Mapping | None = None, recipe: Mapping | None = None,
+                      records=None, ceilings: Mapping | None = None) -> list[str]:
     """Where a completed GPU reference run of the target model (``data/reference``,
     :func:`cookbook.reference.reference_results` of notebook ``name``, ``n_target`` parameters) has another batch
     shape than ``run`` (a GPU run measured here, of the same ZeRO variant) or ``recipe`` (the recipe's plan fields
@@ -219,13 +227,13 @@ def batch_shape_note(name: str, n_target: int, *, run: Mapping | None = None, re
     same rows in more, smaller micro batches take longer. With ``run``: both measured step times and their
     achieved fractions of the floor (a gap the shape does not explain is said). With ``recipe``: the reference's
     RTX 4090 projection at the recipe's shape (same achieved fraction of the 4090 floor, :func:`project_rtx4090`'s
-    model). "" when there is nothing to say."""
+    model). One sentence per reference run; none when there is nothing to say."""
     from .reference import reference_ceilings, reference_results
     recs = records if records is not None else reference_results(name)
     ceilings = ceilings if ceilings is not None else reference_ceilings()
     mine = _shape(run) if run else (_shape(recipe) if recipe else None)
     if not mine or not ceilings:
-        return ""
+        return []
     keys = ("micro_batch", "grad_accum", "seq_len")
     variant_keys = ("zero_stage", "offload_optimizer", "offload_param")
     out = []
@@ -276,7 +284,7 @@ def batch_shape_note(name: str, n_target: int, *, run: Mapping | None = None, re
             at_mine = proj * (t_theirs / t_mine) * (rows_m * mine[2]) / (rows_t * theirs[2])
             text += f"; at the recipe's shape the same fraction of the RTX 4090 floor gives ~{at_mine:,.0f} tokens/s"
         out.append(text)
-    return "; ".join(out)
+    return out
 
 
 def _central(res: Mapping | None) -> Mapping:
@@ -312,8 +320,16 @@ def answers_frame(results: Mapping[str, Mapping | None]):
         results: notebook name -> its ``results.json`` (None when it ran but wrote none); a notebook
             absent from the mapping was not run.
     """
-    import math
     import pandas as pd
+    return pd.DataFrame([row for row, _ in _answer_rows(results)])
+
+
+def _answer_rows(results: Mapping[str, Mapping | None]) -> list[tuple[dict, dict]]:
+    """:func:`answers_frame`'s rows, each with the pieces :func:`answers_table` makes its short cells of:
+    ``recipe`` (the recipe alone), ``recipe_why`` (its reason and alternatives), ``rehearsal``, ``run`` (the
+    central run's record), ``label``, ``states``, ``shape`` (the run's batch shape as text) and ``notes`` (the
+    note's sentences, one a note)."""
+    import math
     from .reference import reference_projection
     rows = []
     for target, name in TARGETS:
@@ -321,9 +337,11 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             ran = name in results
             why = (f"no results recorded: {name} stopped before its last cell (see its executed notebook)" if ran
                    else f"not run here: notebooks/{name}.ipynb produces it (cookbook run-all --only {name[:2]})")
-            rows.append({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
-                         "measured here": "no results recorded" if ran else "not run here",
-                         "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name})
+            rows.append(({"target": target, "recipe": "—", "fits GPU": "unknown", "fits host": "unknown",
+                          "measured here": "no results recorded" if ran else "not run here",
+                          "RTX 4090 projection tokens/s": float("nan"), "note": why, "notebook": name},
+                         {"recipe": "—", "recipe_why": [], "rehearsal": False, "run": {}, "label": None,
+                          "states": "", "shape": "", "notes": [why], "ran": ran}))
             continue
         res = results[name]
         run = _central(res)
@@ -332,16 +350,19 @@ def answers_frame(results: Mapping[str, Mapping | None]):
         if name.startswith("05"):
             te = res.get("target_estimate") or {}
             recipe, fits_gpu, fits_host = te.get("verdict"), te.get("fits_gpu"), te.get("fits_host")
+            short, why_recipe = recipe, []
             host = host_ram_note(te)
             if host:
                 host_cell, sentence = host
                 extra.append(sentence)
         else:
             d = res.get("desktop_choice") or {}
-            recipe = (f"{d.get('label')} with {d.get('kind')} ({str(d.get('reason')).rstrip('.')})" if d.get("kind")
-                      else res.get("verdict"))
+            short = f"{d.get('label')} with {d.get('kind')}" if d.get("kind") else res.get("verdict")
+            why_recipe = [str(d.get("reason")).rstrip(".")] if d.get("kind") else []
+            recipe = f"{short} ({why_recipe[0]})" if why_recipe else short
             if d.get("alternatives"):
                 recipe += "; alternatives: " + "; ".join(d["alternatives"])
+                why_recipe.append("alternatives: " + "; ".join(d["alternatives"]))
             fits_gpu, fits_host = (True, True) if d.get("kind") else (None, d.get("fits"))
             if d.get("kind") == "NVMe offload":
                 extra.append(nvme_measured_note(res))
@@ -374,29 +395,26 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             model = TARGET_MODELS[name]
             n_target = model_spec(model).num_params
             ref = reference_projection(name, n_target)
-            note = ("CPU rehearsal: tiny model, not a 4090 number" if rehearsal else "no projection for this run")
+            said = ["CPU rehearsal: tiny model, not a 4090 number" if rehearsal else "no projection for this run"]
             if ref and ref.get("num_params") and abs(math.log(ref["num_params"] / n_target)) <= SAME_MODEL_LOG_GAP:
                 proj = ref["tokens_per_s"]
-                note += (f"; projection from the H200 reference run {ref['name']} ({ref['label']}, "
-                         f"{(ref['num_params'] or 0) / 1e9:.1f} B parameters)")
+                said.append(f"projection from the H200 reference run {ref['name']} ({ref['label']}, "
+                            f"{(ref['num_params'] or 0) / 1e9:.1f} B parameters)")
             elif ref:
-                note += (f"; no GPU reference run of {model}'s size ({n_target / 1e9:.1f} B parameters): the "
-                         f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
-                         f"run {name} on GPUs for a projection")
+                said.append(f"no GPU reference run of {model}'s size ({n_target / 1e9:.1f} B parameters): the "
+                            f"closest, {ref['name']} ({(ref['num_params'] or 0) / 1e9:.1f} B), is another model — "
+                            f"run {name} on GPUs for a projection")
         else:
-            note = ("GPU run; projection: the speed model (cookbook.speed) for this run's variant on RTX 4090s, "
-                    "16 CPU cores, ZeRO-3 collectives through host memory (docs/speed.md)")
+            said = ["GPU run; projection: the speed model (cookbook.speed) for this run's variant on RTX 4090s, "
+                    "16 CPU cores, ZeRO-3 collectives through host memory (docs/speed.md)"]
             if label and recipe_label and label != recipe_label:
-                note += f"; measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})"
+                said.append(f"measured: the variant this machine runs ({label}{states}), not the recipe ({recipe_label})")
         from .models import model_spec
         n_target = model_spec(TARGET_MODELS[name]).num_params
         gpu_run = run if (not rehearsal and run.get("estimate_device") == "cuda" and run.get("num_params") == n_target) else None
         recipe_fields = (res.get("desktop_choice") or {}).get("plan") if name.startswith("06") else \
             (res.get("target_estimate") or {}).get("plan")
-        shape_note = batch_shape_note(name, n_target, run=gpu_run,
-                                      recipe=None if gpu_run else (recipe_fields or None))
-        if shape_note:
-            extra.append(shape_note)
+        extra.extend(batch_shape_notes(name, n_target, run=gpu_run, recipe=None if gpu_run else (recipe_fields or None)))
         recipe_proj = _recipe_projection(recipe_fields, bf16_states=bool((res.get("desktop_choice") or {}).get(
             "bf16_states"))) if recipe_fields and name.startswith("06") else None
         if recipe_proj is not None and label != recipe_label:
@@ -404,14 +422,103 @@ def answers_frame(results: Mapping[str, Mapping | None]):
             if proj is not None:
                 extra.append(f"the measured run's own variant ({label}) projects {proj:,.0f} tokens/s on a 4090")
             proj = recipe_proj
-            note = (f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU cores "
-                    "(cookbook.speed, docs/speed.md)" + ("; " + note if note else ""))
-        note = "; ".join([note, *extra])
-        rows.append({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
-                     "fits host": host_cell or _yes(fits_host), "measured here": measured,
-                     "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
-                     "notebook": name})
-    return pd.DataFrame(rows)
+            said.insert(0, f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU "
+                           "cores (cookbook.speed, docs/speed.md)")
+        notes = [n for n in [*said, *extra] if n]
+        note = "; ".join(notes)
+        rows.append(({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
+                      "fits host": host_cell or _yes(fits_host), "measured here": measured,
+                      "RTX 4090 projection tokens/s": float("nan") if proj is None else round(proj, 0), "note": note,
+                      "notebook": name},
+                     {"recipe": short or "—", "recipe_why": why_recipe, "rehearsal": rehearsal, "run": run,
+                      "label": label, "states": states, "shape": shape_text.lstrip(", "), "notes": notes,
+                      "ran": True}))
+    return rows
+
+
+#: The longest text a cell of :func:`answers_table` holds; what is longer goes to its notes.
+CELL_MAX = 200
+
+
+def _short(text: str, more: list[str], what: str, limit: int = CELL_MAX) -> str:
+    """``text`` when it fits ``limit``; else its head up to the last ``; `` or `` (`` that fits, the rest appended
+    to ``more`` as ``"what, continued: …"``."""
+    if len(text) <= limit:
+        return text
+    room = text[:limit - 12]
+    cut = max(room.rfind("; "), room.rfind(" ("))
+    cut = cut if cut > 0 else len(room)
+    more.append(f"{what}, continued: {text[cut:].lstrip('; ')}")
+    return text[:cut] + " …"
+
+
+def rehearsal_cell(name: str) -> str:
+    """What the answers say of a CPU rehearsal's central run in place of its numbers (a tiny model's tokens/s
+    on CPU ranks is no answer for an RTX 4090): where its measurements are."""
+    return f"CPU rehearsal (tiny model): see notebook {name[:2]}"
+
+
+def answers_table(results: Mapping[str, Mapping | None]):
+    """:func:`answers_frame` as the report shows it: short cells (a verdict, the numbers with their units, at most
+    :data:`CELL_MAX` characters) and the long notes apart, numbered.
+
+    Columns: ``target``, ``recipe``, ``fits GPU``, ``fits host``, ``measured here`` (a GPU run: status, tokens/s,
+    variant and hardware; the CPU rehearsal: :func:`rehearsal_cell`, no tiny-model number), ``RTX 4090 projection
+    tokens/s`` and ``notes`` (the numbers of this row's notes, ``"1–4"``).
+
+    Returns:
+        ``(frame, notes)``: ``notes`` the list the ``notes`` column numbers (from 1).
+    """
+    import pandas as pd
+    rows, notes = [], []
+    for row, got in _answer_rows(results):
+        more = list(got["recipe_why"])
+        recipe = _short(got["recipe"], more, "recipe")
+        run, name = got["run"], row["notebook"]
+        tps, world = run.get("tokens_per_s"), run.get("world_size")
+        if not got["ran"] or not run and not got["rehearsal"]:
+            measured = row["measured here"]
+        elif got["rehearsal"]:
+            measured = rehearsal_cell(name)
+        else:
+            variant = f"{got['label']}{got['states']}" if got["label"] else None
+            measured = (f"{run.get('status')}: {tps:,.0f} tokens/s" if tps else str(run.get("status") or "no run recorded"))
+            measured += "".join(f", {x}" for x in (variant,) if x) + (f" on {run['hardware']}" if run.get("hardware") else "")
+            detail = [str(x) for x in (run.get("model"), got["shape"],
+                                       f"{world} rank{'s' if world != 1 else ''}" if world else None) if x]
+            if detail:
+                more.append("measured here: " + ", ".join(detail))
+            measured = _short(measured, more, "measured here")
+        fits_host = _short(str(row["fits host"]), more, "fits host")
+        mine = [*more, *got["notes"]]
+        first = len(notes) + 1
+        notes.extend(mine)
+        refs = "" if not mine else (str(first) if len(mine) == 1 else f"{first}–{len(notes)}")
+        rows.append({"target": row["target"], "recipe": recipe, "fits GPU": row["fits GPU"], "fits host": fits_host,
+                     "measured here": measured, "RTX 4090 projection tokens/s": row["RTX 4090 projection tokens/s"],
+                     "notes": refs, "notebook": name})
+    return pd.DataFrame(rows), notes
+
+
+#: What to run, per target: the same commands as README's "What to run" table (tests/test_runall.py checks
+#: README holds each), and where the evidence is. ``notebooks``: the notebooks whose report sections hold it.
+RUN_THIS = (
+    {"target": "8 × RTX 4090 + Qwen-14B", "notebooks": ("05_final_8x4090",),
+     "run": "cookbook train notebooks/qwen14b-8x4090.yaml",
+     "ask": 'cookbook estimate qwen-14b --gpus 8 --gpu-memory-gib 24 --host-memory-gib 256 --seq-len 512 '
+            '--grad-accum 16 --sweep --gpu "RTX 4090" --cpu-cores 16',
+     "evidence": "docs/gpu/ (the notebooks executed on one H200 capped at 24 GiB)"},
+    {"target": "1 × RTX 4090 + LLaMA-7B", "notebooks": ("06_final_1x4090",),
+     "run": "cookbook train notebooks/llama7b-1x4090.yaml",
+     "ask": 'cookbook estimate llama-7b --gpus 1 --gpu-memory-gib 24 --host-memory-gib 64 --seq-len 1024 '
+            '--micro-batch 8 --grad-accum 2 --sweep --gpu "RTX 4090" --cpu-cores 16',
+     "evidence": "docs/gpu/attention.md (the recipe's speed, LLaMA-7B)"},
+    {"target": "your own model and data", "notebooks": ("02_zero2", "03_zero3", "04_zero3_offload"),
+     "run": "cookbook train --model ./your-model --dataset your.jsonl --lr 1e-5 --num-epochs 1",
+     "ask": 'cookbook estimate ./your-model --gpus N --gpu-memory-gib 24 --host-memory-gib R --seq-len L --sweep '
+            '--gpu "RTX 4090" --cpu-cores 16',
+     "evidence": "docs/speed.md (the speed model); --dry-run first"},
+)
 
 
 def _recipe_projection(plan_fields: Mapping, *, bf16_states: bool) -> float | None:
@@ -453,5 +560,6 @@ def collapse_repeated(frame, *, min_rows: int = 3, min_chars: int = 25):
     return frame.drop(columns=drop), lines
 
 
-__all__ = ["RECORDED_8X4090_FACTS", "RTX4090_MODEL", "SAME_MODEL_LOG_GAP", "TARGETS", "TARGET_MODELS", "answers_frame",
-           "batch_shape_note", "collapse_repeated", "host_ram_note", "nvme_measured_note", "project_rtx4090", "step_floor"]
+__all__ = ["CELL_MAX", "RECORDED_8X4090_FACTS", "RTX4090_MODEL", "RUN_THIS", "SAME_MODEL_LOG_GAP", "TARGETS",
+           "TARGET_MODELS", "answers_frame", "answers_table", "batch_shape_note", "batch_shape_notes", "collapse_repeated", "host_ram_note",
+           "nvme_measured_note", "project_rtx4090", "rehearsal_cell", "step_floor"]

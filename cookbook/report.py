@@ -1,7 +1,9 @@
-"""The ``cookbook run-all`` report: one HTML page that leads with the answers (per target: the recipe,
-whether it fits GPU and host, the throughput measured here and its RTX 4090 projection;
-:mod:`cookbook.answers`), then every notebook's status and central run, the GPU evidence, the CPU
-rehearsal's runs (said to be what they are), and each notebook's headline numbers, tables and figures.
+"""The ``cookbook run-all`` report: one HTML page that leads with what to run per target
+(:func:`run_this_html`: README's commands and where the evidence is) and the answers (:func:`answers_html`: per
+target the recipe, whether it fits GPU and host, the throughput measured here and its RTX 4090 projection, in short
+cells with numbered notes; the CPU rehearsal's tiny-model numbers are kept out of it; :mod:`cookbook.answers`), then every notebook's status and central run, the GPU evidence, the CPU
+rehearsal's runs (said to be what they are), and each notebook's headline numbers, tables and figures. The
+figures are PNG files beside the report, linked, not embedded: the page stays small.
 
 It reads what each notebook recorded (:func:`cookbook.results.load_results`); :func:`write_html_report`
 writes the page (headed by :func:`machine_line`: machine, date, versions), :func:`variants_frame` and
@@ -18,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .answers import answers_frame, collapse_repeated
+from .answers import RUN_THIS, answers_table, collapse_repeated
 from .figures import plot_loss, plot_runs
 from .memory import rehearsal_memory_note
 from .reference import reference_frame, reference_notes
@@ -166,6 +168,62 @@ def same_math(runs: Mapping[str, Mapping]) -> list[str]:
     return out
 
 
+def _anchor(name: str) -> str:
+    """The id of a notebook's section in the report (``nb-05``)."""
+    return f"nb-{name[:2]}"
+
+
+def run_this_html(executed: Mapping[str, str | None], out: Path) -> str:
+    """The report's first lines: per target of :data:`cookbook.answers.RUN_THIS`, the command to run (with the
+    ``cookbook estimate`` whose ``options:`` line goes with it) and where its evidence is — the notebooks' sections
+    below and their executed copies when they ran here (``executed``: notebook name -> executed path), else the
+    command that runs them."""
+    lines = []
+    for t in RUN_THIS:
+        where = []
+        for name in t["notebooks"]:
+            if name in executed:
+                rel = os.path.relpath(executed[name], out) if executed[name] else None
+                where.append(f"<a href='#{_anchor(name)}'>notebook {name[:2]}</a>"
+                             + (f" (<a href='{html.escape(rel)}'>executed</a>)" if rel else ""))
+            else:
+                where.append(f"notebook {name[:2]} (not run here: <code>cookbook run-all --only {name[:2]}</code>)")
+        lines.append(f"<li><b>{html.escape(t['target'])}</b>: <code>{html.escape(t['run'])}</code> plus the "
+                     f"<code>options:</code> line of <code>{html.escape(t['ask'])}</code>. Evidence: "
+                     f"{', '.join(where)}; {html.escape(t['evidence'])}.</li>")
+    return ("<h2>Run this</h2><p>The same commands as README's <i>What to run</i>: ask first, then run what the "
+            "answer prints.</p><ul>" + "".join(lines) + "</ul>")
+
+
+def answers_html(frame, notes: list[str], *, rehearsal: bool) -> str:
+    """The answers table (:func:`cookbook.answers.answers_table`: short cells) and its numbered notes below it,
+    each row's ``notes`` cell linking them."""
+    def cell(col, v):
+        if col == "RTX 4090 projection tokens/s":  # whole tokens/s, not 1257.0
+            return MISSING if v != v else f"{v:,.0f}"
+        text = html.escape(str(v)) if v == v and v is not None else MISSING
+        if col == "notes" and v:
+            text = f"<a href='#note-{str(v).partition('–')[0]}'>{html.escape(str(v))}</a>"
+        elif col == "measured here" and str(v).startswith("CPU rehearsal"):
+            name = next((n for n in frame["notebook"] if str(v).endswith(n[:2])), None)
+            text = text.replace(f"notebook {name[:2]}", f"<a href='#{_anchor(name)}'>notebook {name[:2]}</a>") if name \
+                else text
+        return text
+    cols = [c for c in frame.columns if c != "notebook"]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c, r[c])}</td>" for c in cols) + "</tr>" for _, r in frame.iterrows())
+    listed = "".join(f"<li id='note-{i}'>{html.escape(n)}</li>" for i, n in enumerate(notes, 1))
+    what = ("On the CPU rehearsal the notebooks train tiny models on CPU ranks: their tokens/s answer nothing about "
+            "an RTX 4090, so they stay in <a href='#rehearsal'>their own section</a> and the notebooks' sections below; "
+            "the projection then comes from the GPU reference run of the target's model (data/reference), when there "
+            "is one. " if rehearsal else "")
+    return ("<h2>The answers</h2><p>For each target: the recipe, whether it fits the GPU and the host (the estimate "
+            "for the target machine), what the notebook's central run measured here and the throughput projected to "
+            f"RTX 4090s. {what}A target whose notebook was not run here says <i>not run here</i>.</p>"
+            f"<table class='answers'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<ol class='notes'>{listed}</ol>")
+
+
 def _img_tag(path: Path, embed: bool) -> str:
     if embed:
         data = base64.b64encode(path.read_bytes()).decode()
@@ -176,11 +234,11 @@ def _img_tag(path: Path, embed: bool) -> str:
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.ok{color:#2e7d32}.fail{color:#c62828}
-pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:12px}section{border-top:1px solid #ddd;margin-top:1.5em}"""
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:12px}ol.notes{font-size:12px;color:#444}section{border-top:1px solid #ddd;margin-top:1.5em}"""
 
 
 def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, path: str | os.PathLike | None = None,
-                      embed_images: bool = True, title: str = "The ZeRO cookbook — run-all report") -> Path:
+                      embed_images: bool = False, title: str = "The ZeRO cookbook — run-all report") -> Path:
     """Write the run-all report (one HTML file) into ``output_dir``.
 
     Args:
@@ -190,7 +248,9 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             (the notebook's folder, holding ``results.json`` and ``figures/``), optional ``error``
             (``{"cell", "exec_count", "ename", "evalue"}``) and ``parameters``.
         path: the report's path (default ``output_dir/report.html``).
-        embed_images: embed the PNG figures (one portable file) instead of linking them.
+        embed_images: embed the PNG figures as base64 (one portable file, ~1.5 MB for the seven notebooks) instead
+            of linking them; by default each ``<img>`` links its PNG by a path relative to the report (the
+            notebooks' ``NAME/figures/*.png`` that :func:`cookbook.results.record` wrote, and ``report_figures/``).
 
     Returns:
         the report's path.
@@ -204,19 +264,15 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
             res["runs"] = {label: complete_record(r, e["output_dir"]) for label, r in res["runs"].items()}
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
-             f"<p>{machine_line(results)}</p>",
-             f"<p>Written {_dt.datetime.now().isoformat(timespec='seconds')} into <code>{html.escape(str(out))}</code>.</p>"]
-    # the answers first
+             f"<p>{machine_line(results)}</p>"]
+    # what to run, then the answers
     by_name = {e["name"]: res for e, res in zip(entries, results)}
-    answers = answers_frame(by_name)
-    parts.append("<h2>The answers</h2><p>For each target: the recipe to run, whether it fits the GPU and the host "
-                 "(the estimate for the target machine), what the notebook's central run measured here, and the "
-                 "throughput projected to RTX 4090s. On the CPU rehearsal the measured numbers are tiny models on "
-                 "CPU ranks, and the projection comes from the GPU reference run of the target's model (data/reference), "
-                 "when there is one. A target whose notebook was not run in this run-all says <i>not run here</i> "
-                 "and names the notebook that answers it.</p>"
-                 + answers.to_html(index=False, na_rep=MISSING, formatters={  # whole tokens/s, not 1257.0
-                     "RTX 4090 projection tokens/s": lambda x: MISSING if x != x else f"{x:,.0f}"}))
+    executed = {e["name"]: e.get("executed") for e in entries}
+    parts.append(run_this_html(executed, out))
+    answers, notes = answers_table(by_name)
+    parts.append(answers_html(answers, notes, rehearsal=any(r.get("rehearsal") for r in results if r)))
+    parts.append(f"<p>Written {_dt.datetime.now().isoformat(timespec='seconds')} into "
+                 f"<code>{html.escape(str(out))}</code>.</p>")
     # overview
     rows = []
     for e, res in zip(entries, results):
@@ -257,7 +313,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
         parts.append("<h2>Measured on GPUs (data/reference)</h2>" + (f"<ul>{notes}</ul>" if notes else "")
                      + ref.to_html(index=False, na_rep=MISSING))
     if len(cpu_rows):
-        parts.append("<h2>ZeRO variants side by side — the CPU rehearsal's runs (tiny models on CPU ranks: not GPU "
+        parts.append("<h2 id='rehearsal'>ZeRO variants side by side — the CPU rehearsal's runs (tiny models on CPU ranks: not GPU "
                      "numbers)</h2><p>The same "
                      "notebooks with tiny models of the same architectures: they check that every recipe runs end to "
                      "end. Memory is the host RSS of all ranks; throughput is a CPU's; GPU columns are n/a.</p>"
@@ -285,7 +341,7 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     for e, res in zip(entries, results):
         name = e["name"]
         cls = "ok" if e.get("status") == "ok" else "fail"
-        parts.append(f"<section><h2>{html.escape(name)} — <span class='{cls}'>{html.escape(str(e.get('status')))}</span></h2>")
+        parts.append(f"<section id='{_anchor(name)}'><h2>{html.escape(name)} — <span class='{cls}'>{html.escape(str(e.get('status')))}</span></h2>")
         if e.get("executed"):
             rel = os.path.relpath(e["executed"], out)
             parts.append(f"<p>Executed notebook: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></p>")
@@ -325,4 +381,4 @@ def write_html_report(output_dir: str | os.PathLike, entries: list[Mapping], *, 
     return report
 
 
-__all__ = ["machine_line", "same_math", "variants_frame", "write_html_report"]
+__all__ = ["answers_html", "machine_line", "run_this_html", "same_math", "variants_frame", "write_html_report"]

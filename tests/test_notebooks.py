@@ -184,7 +184,11 @@ def test_run_all_succeeds_and_writes_the_report(run_all):
         for fig in res["figures"]:
             assert (out / name / fig).stat().st_size > 1000
     page = (out / "report.html").read_text()
-    assert "ZeRO variants side by side" in page and page.count("data:image/png;base64,") >= 10
+    # the figures: PNG files beside the report, linked, not embedded
+    import re
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert "ZeRO variants side by side" in page and "data:image" not in page and len(images) >= 10
+    assert all((out / src).is_file() for src in images)
     assert "not the arithmetic" in page  # 02, 03, 04, 05 differ only in their ZeRO variant
     for name in NOTEBOOKS:
         assert name in page

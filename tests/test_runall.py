@@ -320,7 +320,10 @@ def test_record_writes_results_and_figures(tmp_path):
                                                 "executed": str(tmp_path / "02_zero2.ipynb"),
                                                 "output_dir": str(tmp_path / "nb")}])
     text = page.read_text()
-    assert "ZeRO variants side by side" in text and "data:image/png;base64," in text and "h1" in text
+    # the figures are the PNG files record() wrote, linked relative to the report, not embedded
+    assert "ZeRO variants side by side" in text and "data:image" not in text and "h1" in text
+    assert '<img src="nb/figures/loss.png"' in text and '<img src="report_figures/loss.png"' in text
+    assert (tmp_path / "report_figures" / "loss.png").stat().st_size > 1000
     # CPU rehearsal: world size an integer, GPU-only columns labelled once in the header, no raw None
     assert frame.loc["ZeRO-2", "world size"] == 2 and isinstance(frame.loc["ZeRO-2", "world size"], int)
     assert "peak GPU reserved GiB (estimate, error, ±15 %) — n/a (CPU)" in frame.columns
@@ -551,29 +554,83 @@ def _fake_results(folder: Path, notebook: str, rehearsal: bool, **fields) -> str
     return str(folder)
 
 
+def _cells(table_html: str) -> list[str]:
+    """The text of every cell of one HTML table."""
+    import html as html_mod
+    import re
+    return [html_mod.unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", table_html, re.S)]
+
+
 def test_report_leads_with_the_answers_for_both_targets(tmp_path):
+    import html as html_mod
     te = {"verdict": "ZeRO-3 + opt→cpu + param→cpu fits: 9.4 GiB per GPU", "fits_gpu": True, "fits_host": True}
-    d = {"kind": "NVMe offload", "fits": True, "label": "ZeRO-3 + opt→nvme + param→nvme", "reason": "64 GiB"}
+    d = {"kind": "NVMe offload", "fits": True, "label": "ZeRO-3 + opt→nvme + param→nvme", "reason": "64 GiB",
+         "alternatives": ["more host RAM: 153.0 GiB for fp32 states " + "x" * 300]}
     entries = [{"name": "05_final_8x4090", "status": "ok", "duration_s": 1.0,
                 "output_dir": _fake_results(tmp_path / "05", "05_final_8x4090", True, target_estimate=te)},
                {"name": "06_final_1x4090", "status": "ok", "duration_s": 1.0,
                 "output_dir": _fake_results(tmp_path / "06", "06_final_1x4090", True, desktop_choice=d)}]
     page = report.write_html_report(tmp_path, entries).read_text()
-    first = page.index("<h2>The answers</h2>")
-    assert first < page.index("<h2>Notebooks</h2>") < page.index("the CPU rehearsal's runs")
+    # first what to run, one line per target, README's commands; then the answers, then the rest
+    run_this, first = page.index("<h2>Run this</h2>"), page.index("<h2>The answers</h2>")
+    assert page.index("<h1>") < run_this < first < page.index("<h2>Notebooks</h2>") < page.index("the CPU rehearsal's runs")
+    lines = page[run_this:first]
+    readme = (ROOT / "README.md").read_text()
+    assert [t["target"] for t in answers_mod.RUN_THIS] == ["8 × RTX 4090 + Qwen-14B", "1 × RTX 4090 + LLaMA-7B",
+                                                             "your own model and data"]
+    assert lines.count("<li>") == 3
+    for t in answers_mod.RUN_THIS:
+        assert t["run"] in readme and t["ask"] in readme, t["target"]   # the same commands as README's table
+        assert html_mod.escape(t["run"]) in lines and html_mod.escape(t["ask"]) in lines
+    assert "cookbook train notebooks/qwen14b-8x4090.yaml" in lines and "cookbook train notebooks/llama7b-1x4090.yaml" in lines
+    assert "<a href='#nb-05'>notebook 05</a>" in lines and "<a href='#nb-06'>notebook 06</a>" in lines
+    assert "notebook 02 (not run here: <code>cookbook run-all --only 02</code>)" in lines
+    assert "id='nb-05'" in page and "id='nb-06'" in page and "id='rehearsal'" in page
     section = page[first:page.index("<h2>Notebooks</h2>")]
     assert "8 × RTX 4090 + Qwen-14B" in section and "1 × RTX 4090 + LLaMA-7B" in section
     assert te["verdict"] in section and "ZeRO-3 + opt→nvme + param→nvme with NVMe offload" in section
+    # short cells: the long alternatives (300+ characters) are a numbered note under the table
+    table = section[section.index("<table"):section.index("</table>")]
+    cells = _cells(table)
+    assert max(map(len, cells)) <= answers_mod.CELL_MAX == 200
+    assert d["alternatives"][0] not in "".join(cells) and html_mod.escape(d["alternatives"][0]) in section
+    assert "<li id='note-1'>" in section and "<a href='#note-1'>" in table
+    # the CPU rehearsal's tiny-model tokens/s (1,234 on 2 CPU ranks) is not in the answers, but in its own section
     label = hardware.hardware_label({"device": "cpu", "world_size": 2})
     assert label.startswith("CPU rehearsal")
-    # what was measured, on how many ranks, which run: "ok: 1,234 tokens/s (2 ranks) — central on CPU rehearsal (2 ranks)"
-    assert section.count(f"ok: 1,234 tokens/s (2 ranks) — central on {label}") == 2
-    assert "CPU rehearsal: tiny model" in section
+    assert "1,234" not in section and "1234" not in section
+    assert table.count("CPU rehearsal (tiny model): see <a href='#nb-05'>notebook 05</a>") == 1
+    assert table.count("CPU rehearsal (tiny model): see <a href='#nb-06'>notebook 06</a>") == 1
+    assert "<td>1234.5</td>" in page[page.index("id='rehearsal'"):]   # the rehearsal's runs table
+    frame, notes = answers_mod.answers_table({e["name"]: results.load_results(e["output_dir"]) for e in entries})
+    assert list(frame["measured here"]) == ["CPU rehearsal (tiny model): see notebook 05",
+                                            "CPU rehearsal (tiny model): see notebook 06"]
+    assert "CPU rehearsal: tiny model, not a 4090 number" in notes and not any("1,234" in n for n in notes)
     # the projection comes from the GPU reference run closest in size to each target's model
     ref7 = reference.reference_projection("06", model_spec("llama-7b").num_params)
     if ref7:
         assert f"{round(ref7['tokens_per_s']):,.0f}" in section and ref7["name"] in section  # whole, 1,257 not 1257.0
         assert f"{round(ref7['tokens_per_s']):.1f}<" not in section
+    assert "data:image" not in page
+
+
+def test_the_committed_gpu_report_is_small_and_links_its_figures():
+    """docs/gpu/gpu-1x24gib/report.html: well under 200 KB, its figures PNG files beside it, short answer cells."""
+    import re
+    folder = ROOT / "docs" / "gpu" / "gpu-1x24gib"
+    page = (folder / "report.html").read_text()
+    assert len(page.encode()) < 200_000 and "data:image" not in page
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert len(images) >= 20 and all((folder / src).is_file() for src in images)
+    assert page.index("<h2>Run this</h2>") < page.index("<h2>The answers</h2>") < page.index("<h2>Notebooks</h2>")
+    answers = page[page.index("<h2>The answers</h2>"):page.index("<h2>Notebooks</h2>")]
+    table = answers[answers.index("<table"):answers.index("</table>")]
+    assert max(map(len, _cells(table))) <= answers_mod.CELL_MAX
+    # the GPU runs' numbers, as notebooks 05 and 06 recorded them on one H200 capped at 24 GiB
+    for name in ("05_final_8x4090", "06_final_1x4090"):
+        res = json.loads((folder / name / "results.json").read_text())
+        run = res["runs"][res["central"]["run"]]
+        assert f"{run['status']}: {run['tokens_per_s']:,.0f} tokens/s, {res['central']['run']}" in table
 
 
 def test_answers_for_a_notebook_not_run_here_borrow_no_number(tmp_path):
@@ -712,6 +769,16 @@ def test_answers_1x4090_row_says_what_nvme_measured_and_the_batch_shape(tmp_path
     row = answers_mod.answers_frame({"06_final_1x4090": results.load_results(tmp_path / "06")}).iloc[-1]
     assert desktop.reason.rstrip(".") in row["recipe"] and all(a in row["recipe"] for a in desktop.alternatives)
     assert f"with bf16 states, llama-7b, micro batch 2 × accumulation 8 × 1024 tokens" in row["measured here"]
+    # the report's short cells: a GPU run's numbers stay (427 tokens/s, 1 rank); the model and shape are a note
+    frame, notes = answers_mod.answers_table({"06_final_1x4090": results.load_results(tmp_path / "06")})
+    short = frame.iloc[-1]
+    assert short["measured here"] == f"ok: 427 tokens/s, {label} with bf16 states on {row['measured here'].split(' on ')[-1]}"
+    assert short["recipe"] == f"{desktop.plan.label} with NVMe offload" and desktop.reason.rstrip(".") in notes
+    assert "measured here: llama-7b, micro batch 2 × accumulation 8 × 1024 tokens, 1 rank" in notes
+    assert all(len(str(v)) <= answers_mod.CELL_MAX for v in short.values)
+    first, last = (int(x) for x in short["notes"].split("–"))
+    assert frame.iloc[0]["notes"] == "1" and notes[0].startswith("not run here") and (first, last) == (2, len(notes))
+    assert frame.iloc[0]["measured here"] == "not run here" and "LLaMA-7B itself has not run with NVMe offload on a GPU" in "".join(notes)
     note = row["note"]
     assert f"this notebook's NVMe run: skipped ({skipped})" in note
     # the projection column is the recipe's (the NVMe variant on this row), not the measured CPU-offload run's
