@@ -1593,6 +1593,9 @@ def load_run_file(path: str | os.PathLike, parser: argparse.ArgumentParser) -> d
                                "`cookbook train` build the config")
         if name not in keys:
             guess = FOREIGN_KEYS.get(name) or FOREIGN_KEYS.get(name.replace("-", "_"))
+            if not guess:  # a typo of another tool's name (learnig_rate): the option it stands for
+                near = difflib.get_close_matches(name.replace("-", "_"), list(FOREIGN_KEYS), n=1, cutoff=0.8)
+                guess = FOREIGN_KEYS[near[0]] if near else None
             guess = [guess] if guess else difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.6)
             hint = f" (did you mean '{guess[0]}'?)" if guess else ""
             raise RunFileError(f"run file {path}: unknown key '{key}'{hint}. Keys are the long option names of "

@@ -66,6 +66,7 @@ def test_run_file_values_and_command_line_precedence(tmp_path, capsys):
 
 @pytest.mark.parametrize("text,message", [
     ("learning_rate: 1e-5\n", "unknown key 'learning_rate' (did you mean 'lr'?)"),
+    ("learnig_rate: 1e-5\n", "unknown key 'learnig_rate' (did you mean 'lr'?)"),   # a typo of another tool's name
     ("max-step: 3\n", "unknown key 'max-step' (did you mean 'max-steps'?)"),
     ("zero-stage: 5\n", "zero-stage: 5 is not one of 0, 1, 2, 3"),
     ("micro-batch: two\n", "micro-batch: 'two' is not an integer"),
