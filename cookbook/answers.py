@@ -417,6 +417,19 @@ def _answer_rows(results: Mapping[str, Mapping | None]) -> list[tuple[dict, dict
         extra.extend(batch_shape_notes(name, n_target, run=gpu_run, recipe=None if gpu_run else (recipe_fields or None)))
         recipe_proj = _recipe_projection(recipe_fields, bf16_states=bool((res.get("desktop_choice") or {}).get(
             "bf16_states"))) if recipe_fields and name.startswith("06") else None
+        if recipe_fields and name.startswith("05") and not rehearsal and (
+                run.get("world_size") != recipe_fields.get("num_gpus") or run.get("model") != recipe_fields.get("model")):
+            # the measured run is one rank's share of the target: the row's projection is the target's own, on its
+            # 8 GPUs, with the ZeRO-3 collectives between them (cookbook.speed), not the share run's per-GPU speed
+            target_proj = _recipe_projection(recipe_fields, bf16_states=bool(
+                (res.get("target_estimate") or {}).get("bf16_states")))
+            if target_proj is not None:
+                if proj is not None:
+                    extra.append(f"the measured run ({run.get('model')} on {run.get('world_size')} rank) projects "
+                                 f"{proj:,.0f} tokens/s on one 4090, without the collectives between 8")
+                proj = target_proj
+                said.insert(0, f"projection: the speed model for the recipe on {recipe_fields.get('num_gpus')} × RTX "
+                               "4090 with 16 CPU cores, ZeRO-3 collectives through host memory (cookbook.speed)")
         if recipe_proj is not None and label != recipe_label:
             # the projection column belongs to the recipe on this row, not to the variant this machine measured
             if proj is not None:
