@@ -252,8 +252,9 @@ def batch_shape_notes(name: str, n_target: int, *, run: Mapping | None = None, r
         rows_t, rows_m = theirs[0] * theirs[1], mine[0] * mine[1]
         who = "this run" if run else "the recipe"
         proj = (r.get("projection_rtx4090") or {}).get("tokens_per_s")
-        text = (f"the GPU reference run {r.get('name')} ({r.get('_file')}; {r.get('label') or ''}"
-                f"{' with bf16 states' if r.get('bf16_states') else ''}: {r['tokens_per_s']:,.0f} tokens/s"
+        what = ", ".join(x for x in (r.get("label"), "bf16 states" if r.get("bf16_states") else None) if x)
+        text = (f"the GPU reference run {r.get('name')} ({r.get('_file')}; {what + ': ' if what else ''}"
+                f"{r['tokens_per_s']:,.0f} tokens/s"
                 + (f", RTX 4090 projection {proj:,.0f}" if proj else "")
                 + f") used micro batch {theirs[0]} × accumulation {theirs[1]} × {theirs[2]} tokens, {who} "
                 f"{mine[0]} × {mine[1]} × {mine[2]}"
