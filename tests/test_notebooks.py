@@ -133,9 +133,9 @@ def test_reference_notes_printed_by_01_to_06_are_one_tidy_line_per_file(tmp_path
         "not_run": ["b"], "machine": {"gpu": "NVIDIA H200, 143771 MiB, 580.159.04"}}))
     notes = reference.reference_notes(tmp_path)
     assert notes == [
-        "calib.json — 2 × NVIDIA H200: calibration; 1 run(s) (1 gpu_oom); 1 not run: b: the device call's time ran out",
-        "levers.json — 1 × NVIDIA H200 capped at 24 GiB, 2026-12-01: levers; 2 run(s) (1 ok, 1 failed); 5 not run: "
-        "the device call's time ran out (3); ratio: ZeRO-3 only; LLaMA-7B ladder (device time)"]
+        "calib.json — 2 × NVIDIA H200: calibration; 1 run(s) (1 gpu_oom); 1 not run (the file says why)",
+        "levers.json — 1 × NVIDIA H200 capped at 24 GiB, 2026-12-01: levers; 2 run(s) (1 ok, 1 failed); 5 not run "
+        "(the file says why)"]
     shipped = reference.reference_notes()
     assert len(shipped) == len({n.split(" ")[0] for n in shipped})  # one line per file
     assert not any("{" in n or "'name'" in n or "s left)" in n or "unlabelled" in n for n in shipped)
