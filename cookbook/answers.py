@@ -416,28 +416,23 @@ def _answer_rows(results: Mapping[str, Mapping | None]) -> list[tuple[dict, dict
         recipe_fields = (res.get("desktop_choice") or {}).get("plan") if name.startswith("06") else \
             (res.get("target_estimate") or {}).get("plan")
         extra.extend(batch_shape_notes(name, n_target, run=gpu_run, recipe=None if gpu_run else (recipe_fields or None)))
-        recipe_proj = _recipe_projection(recipe_fields, bf16_states=bool((res.get("desktop_choice") or {}).get(
-            "bf16_states"))) if recipe_fields and name.startswith("06") else None
-        if recipe_fields and name.startswith("05") and not rehearsal and (
-                run.get("world_size") != recipe_fields.get("num_gpus") or run.get("model") != recipe_fields.get("model")):
-            # the measured run is one rank's share of the target: the row's projection is the target's own, on its
-            # 8 GPUs, with the ZeRO-3 collectives between them (cookbook.speed), not the share run's per-GPU speed
-            target_proj = _recipe_projection(recipe_fields, bf16_states=bool(
-                (res.get("target_estimate") or {}).get("bf16_states")))
-            if target_proj is not None:
-                if proj is not None:
-                    extra.append(f"the measured run ({run.get('model')} on {run.get('world_size')} rank) projects "
-                                 f"{proj:,.0f} tokens/s on one 4090, without the collectives between 8")
-                proj = target_proj
-                said.insert(0, f"projection: the speed model for the recipe on {recipe_fields.get('num_gpus')} × RTX "
-                               "4090 with 16 CPU cores, ZeRO-3 collectives through host memory (cookbook.speed)")
-        if recipe_proj is not None and label != recipe_label:
-            # the projection column belongs to the recipe on this row, not to the variant this machine measured
+        # the projection column belongs to the recipe on this row: 06's when this machine measured another variant,
+        # 05's when the measured run is one rank's share of the target (then the recipe's own 8 GPUs, with the
+        # ZeRO-3 collectives between them, not the share run's per-GPU speed)
+        chosen = res.get("desktop_choice") if name.startswith("06") else res.get("target_estimate")
+        other = (label != recipe_label if name.startswith("06") else not rehearsal and (
+            run.get("world_size") != (recipe_fields or {}).get("num_gpus")
+            or run.get("model") != (recipe_fields or {}).get("model")))
+        recipe_proj = (_recipe_projection(recipe_fields, bf16_states=bool((chosen or {}).get("bf16_states")))
+                       if recipe_fields and other else None)
+        if recipe_proj is not None:
             if proj is not None:
-                extra.append(f"the measured run's own variant ({label}) projects {proj:,.0f} tokens/s on a 4090")
+                extra.append(f"the measured run's own variant ({label}, {run.get('model')} on {world} rank"
+                             f"{'s' if world != 1 else ''}) projects {proj:,.0f} tokens/s on as many RTX 4090s")
             proj = recipe_proj
-            said.insert(0, f"projection: the speed model for the recipe ({recipe_label}) on one RTX 4090 with 16 CPU "
-                           "cores (cookbook.speed, docs/speed.md)")
+            said.insert(0, f"projection: the speed model for the recipe ({recipe_label}) on "
+                           f"{recipe_fields.get('num_gpus')} × RTX 4090 with 16 CPU cores, ZeRO-3 collectives through "
+                           "host memory (cookbook.speed, docs/speed.md)")
         notes = [n for n in [*said, *extra] if n]
         note = "; ".join(notes)
         rows.append(({"target": target, "recipe": recipe or "—", "fits GPU": _yes(fits_gpu),
