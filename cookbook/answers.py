@@ -430,7 +430,7 @@ def _answer_rows(results: Mapping[str, Mapping | None]) -> list[tuple[dict, dict
                 extra.append(f"the measured run's own variant ({label}, {run.get('model')} on {world} rank"
                              f"{'s' if world != 1 else ''}) projects {proj:,.0f} tokens/s on as many RTX 4090s")
             proj = recipe_proj
-            said.insert(0, f"projection: the speed model for the recipe ({recipe_label}) on "
+            said.insert(0, f"projection: the speed model for the recipe{f' ({recipe_label})' if recipe_label else ''} on "
                            f"{recipe_fields.get('num_gpus')} × RTX 4090 with 16 CPU cores, ZeRO-3 collectives through "
                            "host memory (cookbook.speed, docs/speed.md)")
         notes = [n for n in [*said, *extra] if n]
