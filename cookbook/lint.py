@@ -82,9 +82,6 @@ NVME_ONLY_KEYS = {"offload_param": ("nvme_path", "buffer_count", "buffer_size", 
 
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
-#: ``cookbook launch``'s default ``--seq-len`` (rule 14's sequence length when neither it nor a plan gives one).
-LAUNCH_SEQ_LEN = 128
-
 
 # ----------------------------------------------------------------------------------------------
 # results
@@ -1834,7 +1831,7 @@ def lint(config_or_path, *, world_size: int | None = None, mode: str = "deepspee
     if gpu_memory_gib is not None and not (_is_num(gpu_memory_gib) and gpu_memory_gib > 0):
         raise ValueError(f"gpu_memory_gib={gpu_memory_gib!r}: give one card's memory in GiB, e.g. 24")
     ctx.gpu_memory_gib = gpu_memory_gib
-    ctx.seq_len = seq_len or (plan.seq_len if plan is not None else LAUNCH_SEQ_LEN)
+    ctx.seq_len = seq_len or (plan.seq_len if plan is not None else _launch_defaults()["seq_len"])
     ctx.filled = set(filled or ()) | ({r.path for r in resolved.rows if r.how != "kept"} if resolved else set())
     if (model or (plan and plan.model)) and ctx.spec is None:
         ctx.add(WARNING, "(model)", f"model {model or plan.model!r} not found: model-based checks skipped",

@@ -1548,15 +1548,9 @@ class Decision:
             if predict is not None:
                 d["predicted"] = predict(e)
             return d
-        def larger(e):
-            if e is None:
-                return None
-            d = {"micro_batch": e.plan.micro_batch, "grad_accum": e.plan.grad_accum, "variant": e.plan.label,
-                 "status": e.status, "gpu_gib": round(e.gpu_gib["total"], 2), "headroom": e.headroom.to_dict(),
-                 "options": variant_flags(e)}
-            if predict is not None:
-                d["predicted"] = predict(e)
-            return d
+        def larger(e):   # a variant row with the batch shape it stands for
+            return None if e is None else dict(row(e), micro_batch=e.plan.micro_batch, grad_accum=e.plan.grad_accum,
+                                               gpu_gib=round(e.gpu_gib["total"], 2))
         return {"fits": self.fits, "lossy": self.lossy, "recommended": one(self.recommended),
                 "larger_micro_batch": larger(self.larger_micro),
                 "why": list(self.reasons), "exact_alternative": one(self.exact_alternative),
@@ -2232,14 +2226,14 @@ def choose_offload_run(plan: Plan, *, nvme_ok: bool, nvme_free_gib: float | None
             opt = estimate(shaped, spec=spec, device=device)
             if opt.status == FITS:
                 mb, ga = shaped.micro_batch, shaped.grad_accum
+                nb06 = _notebook06_full_offload()
                 alts.append(f"exact Adam with the parameters on the GPU: ZeRO-3 + optimizer offload, fp32 states, "
                             f"{g(opt.host_gib['total'])} of RAM, GPU {g(opt.gpu_gib['total'])} at micro batch {mb} × "
                             f"{ga} (--offload-param none --micro-batch {mb} --grad-accum {ga}); slower when it fills "
                             f"the host ({'measured on LLaMA-7B, not this model: ' if base.model != 'llama-7b' else ''}"
                             f"LLaMA-7B on 125.8 GiB: {LARGER_MICRO_MEASURED_OPT['fp32']['8x2']:,.0f} tokens/s "
                             f"at 8 × 2 ({LARGER_MICRO_MEASURED_OPT['fp32_source']}) against "
-                            f"{_notebook06_full_offload().value:,.0f} with bf16 states and full offload at 16 × 1, "
-                            f"{_notebook06_full_offload().cite()})")
+                            f"{nb06.value:,.0f} with bf16 states and full offload at 16 × 1, {nb06.cite()})")
                 break
         return OffloadChoice(base, True, "bf16 states", f"LOSSY: no exact variant fits with room (fp32 states in host "
                              f"RAM{'' if nvme_here else ' or on the SSD'}); bf16 states do{edge}: {need}.", est,
@@ -2317,19 +2311,23 @@ def _estimate_attention(args) -> tuple[str, str | None]:
     return SPEED_ATTENTION[impl], impl
 
 
-def _predicted(e, machine, args) -> dict:
+def _predict(e, machine, args):
+    """The speed model's :class:`cookbook.speed.Prediction` for estimate ``e`` as ``cookbook estimate``'s flags ask
+    (``--max-steps``/``--num-epochs``/``--dataset-tokens``, ``--attention``)."""
     from .speed import predict
     return predict(e, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
-                   attention=_estimate_attention(args)[0]).to_dict()
+                   attention=_estimate_attention(args)[0])
+
+
+def _predicted(e, machine, args) -> dict:
+    return _predict(e, machine, args).to_dict()
 
 
 def larger_micro_speed_line(bigger: MemoryEstimate, rec, machine, args) -> str:
     """The predicted speed of :func:`larger_micro_batch`'s suggestion beside the recommended variant's ``rec`` (a
     :class:`cookbook.speed.Prediction`): the same variant and global batch, the larger micro batch, kept with the
     policy's margin (status ``fits``)."""
-    from .speed import predict
-    p = predict(bigger, machine, steps=args.max_steps, epochs=args.num_epochs, dataset_tokens=args.dataset_tokens,
-                attention=_estimate_attention(args)[0])
+    p = _predict(bigger, machine, args)
     q = bigger.plan
     ratio = p.tokens_per_s / rec.tokens_per_s
     return (f"larger micro batch: --micro-batch {q.micro_batch} --grad-accum {q.grad_accum} (same variant and global batch, "
@@ -2429,17 +2427,14 @@ def _run_cli(args) -> int:
                     print()
                     print(where)
                     if decision.recommended is not None:
-                        from .speed import predict
-                        rec = predict(decision.recommended, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                      dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
+                        rec = _predict(decision.recommended, machine, args)
                         print("  recommended: " + str(rec))
                         print("    assumes: " + "; ".join(rec.conditions))
                         if decision.larger_micro is not None:
                             print("  " + larger_micro_speed_line(decision.larger_micro, rec, machine, args))
                     others = [e for e in (*decision.fitting, *decision.at_edge) if e is not decision.recommended]
                     for e in others:   # the price of exactness in time: each other option with room, or at the edge
-                        p = predict(e, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                    dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])
+                        p = _predict(e, machine, args)
                         tag = " (bf16 states, lossy)" if e.bf16_states else ""
                         print(f"  {e.plan.label}{tag}, {e.status}: {p.tokens_per_s:,.0f} tokens/s, "
                               f"{p.step_s:.2f} s a step")
@@ -2457,10 +2452,8 @@ def _run_cli(args) -> int:
     else:
         print(str(est))
         if pred is not None:
-            from .speed import predict
             print(f"  {where}")
-            print("  " + str(predict(est, machine, steps=args.max_steps, epochs=args.num_epochs,
-                                     dataset_tokens=args.dataset_tokens, attention=_estimate_attention(args)[0])))
+            print("  " + str(_predict(est, machine, args)))
     return 0
 
 
