@@ -199,6 +199,12 @@ def total_steps_for_epochs(num_epochs: float, num_examples: int, micro_batch: in
     return max(1, math.ceil(num_epochs * steps_per_epoch(num_examples, micro_batch, grad_accum, world_size)))
 
 
+def default_warmup_steps(max_steps: int | None) -> int:
+    """The launch helper's warm-up when none is given: 5 % of ``max_steps``, at least 1 (1 when the length is not
+    known yet)."""
+    return max(1, max_steps // 20) if max_steps is not None else 1
+
+
 def warmup_steps_for(total_steps: int, warmup_ratio: float = 0.0, warmup_steps: int | None = None) -> int:
     """Warm-up steps as the HF Trainer computes them (``TrainingArguments.get_warmup_steps``): an explicit
     ``warmup_steps`` wins; else ``ceil(total_steps × warmup_ratio)``.
@@ -879,7 +885,7 @@ def resolve_config(config: dict, plan: Plan, *, stated=None, names: dict | None 
     problems: list[Problem] = []
     cname = config_name
     tdef = trainer_defaults()
-    warm = warmup_steps if warmup_steps is not None else (max(1, max_steps // 20) if max_steps is not None else 1)
+    warm = warmup_steps if warmup_steps is not None else default_warmup_steps(max_steps)
     unknown = {"lr": lr is None, "max_steps": max_steps is None}  # a real model's lr/length not given
 
     def label(key: str) -> str:

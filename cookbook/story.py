@@ -41,8 +41,9 @@ class Setup:
 
     @property
     def warmup_steps(self) -> int:
-        """The launch helper's default warm-up: 5 % of the steps, at least 1."""
-        return max(1, self.max_steps // 20)
+        """The launch helper's default warm-up (:func:`cookbook.dsconfig.default_warmup_steps`)."""
+        from .dsconfig import default_warmup_steps
+        return default_warmup_steps(self.max_steps)
 
     @property
     def hang_timeout_s(self) -> float:
